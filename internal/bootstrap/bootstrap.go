@@ -1,0 +1,100 @@
+// Package bootstrap builds each function's long-lived dependencies (logger,
+// AWS clients, database pool, signing-secret keyring, handler) from its
+// validated configuration. functions/*/main.go and cmd/local call it, so the
+// Lambda binaries and the local runner are wired the same way.
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/secrets"
+	"github.com/stripe-inbox/inbox/internal/webhook"
+)
+
+// Logger returns the JSON logger every function uses, at LOG_LEVEL (debug,
+// info, warn, error; default info).
+func Logger(w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL")))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// Fail logs err as the reason the function cannot start and exits non-zero,
+// which makes a Lambda init fail with that message in its log.
+func Fail(logger *slog.Logger, what string, err error) {
+	logger.Error(what, "error", err.Error())
+	fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+	os.Exit(1)
+}
+
+// awsConfig loads the SDK's default configuration (region and credentials
+// from the Lambda environment; AWS_ENDPOINT_URL_SECRETS_MANAGER and the like
+// are honoured).
+func awsConfig(ctx context.Context) (aws.Config, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("loading AWS configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// Pool opens the database pool for c, loading AWS credentials only when the
+// pool authenticates to RDS Proxy with IAM.
+func Pool(ctx context.Context, c database.Config) (*pgxpool.Pool, error) {
+	var creds aws.CredentialsProvider
+	if c.ProxyHost != "" {
+		cfg, err := awsConfig(ctx)
+		if err != nil {
+			return nil, err
+		}
+		creds = cfg.Credentials
+	}
+	return database.Open(ctx, c, creds)
+}
+
+// Metrics returns the EMF emitter for c.
+func Metrics(w io.Writer, c config.Common) *metrics.Emitter {
+	return metrics.New(w, c.MetricsNamespace, c.MetricsDimensions)
+}
+
+// Webhook is the webhook function's wiring.
+type Webhook struct {
+	Handler *webhook.Handler
+	Pool    *pgxpool.Pool
+	Keyring *secrets.Keyring
+}
+
+// NewWebhook fetches every endpoint's signing secret (failing when one is
+// missing or malformed) and builds the handler.
+func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out io.Writer) (*Webhook, error) {
+	fetch := secrets.Literal
+	if c.FromSecretsManager {
+		cfg, err := awsConfig(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fetch = secrets.SecretsManager(secretsmanager.NewFromConfig(cfg))
+	}
+	keyring, err := secrets.NewKeyring(ctx, c.Endpoints, fetch, secrets.Options{TTL: c.SecretTTL, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	pool, err := Pool(ctx, c.Database)
+	if err != nil {
+		return nil, err
+	}
+	h := webhook.New(keyring, pool, logger, Metrics(out, c.Common), c.Handler)
+	return &Webhook{Handler: h, Pool: pool, Keyring: keyring}, nil
+}

@@ -1,0 +1,82 @@
+// Package metrics writes CloudWatch metrics in the Embedded Metric Format:
+// one JSON line on stdout per batch, which CloudWatch Logs turns into metrics
+// without an API call (and without the latency or IAM grant one would need).
+package metrics
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Units used by this project.
+const (
+	Count        = "Count"
+	Seconds      = "Seconds"
+	Milliseconds = "Milliseconds"
+)
+
+// Metric is one value.
+type Metric struct {
+	Name  string
+	Value float64
+	Unit  string
+}
+
+// Emitter writes EMF lines to W.
+type Emitter struct {
+	w          io.Writer
+	namespace  string
+	dimensions map[string]string
+	now        func() time.Time
+	mu         sync.Mutex
+}
+
+// New returns an Emitter. dimensions are added to every line (for example
+// Service=worker, Stage=prod); namespace must be non-empty.
+func New(w io.Writer, namespace string, dimensions map[string]string) *Emitter {
+	return &Emitter{w: w, namespace: namespace, dimensions: maps.Clone(dimensions), now: time.Now}
+}
+
+// Emit writes ms as one EMF line with the emitter's dimensions plus extra.
+func (e *Emitter) Emit(extra map[string]string, ms ...Metric) error {
+	if e == nil || len(ms) == 0 {
+		return nil
+	}
+	dims := maps.Clone(e.dimensions)
+	if dims == nil {
+		dims = map[string]string{}
+	}
+	maps.Copy(dims, extra)
+	keys := slices.Sorted(maps.Keys(dims))
+
+	defs := make([]map[string]string, 0, len(ms))
+	line := map[string]any{}
+	for k, v := range dims {
+		line[k] = v
+	}
+	for _, m := range ms {
+		defs = append(defs, map[string]string{"Name": m.Name, "Unit": m.Unit})
+		line[m.Name] = m.Value
+	}
+	line["_aws"] = map[string]any{
+		"Timestamp": e.now().UnixMilli(),
+		"CloudWatchMetrics": []any{map[string]any{
+			"Namespace":  e.namespace,
+			"Dimensions": [][]string{keys},
+			"Metrics":    defs,
+		}},
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return fmt.Errorf("encoding metrics: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, err = e.w.Write(append(b, '\n'))
+	return err
+}

@@ -1,0 +1,125 @@
+package migrate_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/fstest"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/migrate"
+	"github.com/stripe-inbox/inbox/internal/pgtest"
+)
+
+func TestUpAppliesEverythingOnceAndIsReRunnable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	ctx := context.Background()
+	all, err := migrate.All()
+	require.NoError(t, err)
+	require.NotEmpty(t, all)
+
+	first, err := migrate.Up(ctx, db.Connect(t))
+	require.NoError(t, err)
+	require.Len(t, first.Applied, len(all))
+	require.Equal(t, all[len(all)-1].Version, first.Current)
+
+	second, err := migrate.Up(ctx, db.Connect(t))
+	require.NoError(t, err)
+	require.Empty(t, second.Applied, "a second run must be a no-op")
+	require.Equal(t, first.Current, second.Current)
+
+	for _, table := range []string{"webhook_inbox", "invoices", "ledger_entries", "outbox"} {
+		require.Equal(t, 0, db.Count(t, table, ""), table)
+	}
+	require.Equal(t, len(all), db.Count(t, "schema_migrations", ""))
+}
+
+func TestConcurrentRunnersApplyEachMigrationOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	const runners = 6
+	conns := make([]*pgx.Conn, runners)
+	for i := range conns {
+		conns[i] = db.Connect(t)
+	}
+	var wg sync.WaitGroup
+	results := make([]migrate.Result, runners)
+	errs := make([]error, runners)
+	start := make(chan struct{})
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i], errs[i] = migrate.Up(context.Background(), conns[i])
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	all, err := migrate.All()
+	require.NoError(t, err)
+	applied := 0
+	for i := range results {
+		require.NoError(t, errs[i])
+		applied += len(results[i].Applied)
+	}
+	require.Equal(t, len(all), applied, "every migration applied by exactly one runner")
+	require.Equal(t, len(all), db.Count(t, "schema_migrations", ""))
+}
+
+func TestChangedMigrationIsRefused(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	ctx := context.Background()
+	conn := db.Connect(t)
+	v1 := fstest.MapFS{"0001_widgets.sql": {Data: []byte("CREATE TABLE widgets (id int);")}}
+	ms, err := migrate.Load(v1)
+	require.NoError(t, err)
+	_, err = migrate.Apply(ctx, conn, ms)
+	require.NoError(t, err)
+
+	edited := fstest.MapFS{"0001_widgets.sql": {Data: []byte("CREATE TABLE widgets (id bigint);")}}
+	ms, err = migrate.Load(edited)
+	require.NoError(t, err)
+	_, err = migrate.Apply(ctx, conn, ms)
+	require.ErrorIs(t, err, migrate.ErrChecksumMismatch)
+	require.ErrorContains(t, err, "0001_widgets.sql")
+}
+
+func TestFailingMigrationLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	ctx := context.Background()
+	conn := db.Connect(t)
+	ms, err := migrate.Load(fstest.MapFS{
+		"0001_ok.sql":     {Data: []byte("CREATE TABLE ok (id int);")},
+		"0002_broken.sql": {Data: []byte("CREATE TABLE half (id int); SELECT no_such_function();")},
+	})
+	require.NoError(t, err)
+	res, err := migrate.Apply(ctx, conn, ms)
+	require.ErrorContains(t, err, "0002_broken.sql")
+	require.Equal(t, []string{"0001_ok.sql"}, res.Applied)
+
+	var half bool
+	require.NoError(t, conn.QueryRow(ctx, "SELECT to_regclass('half') IS NOT NULL").Scan(&half))
+	require.False(t, half, "the failed migration's first statement must roll back")
+	require.Equal(t, 1, db.Count(t, "schema_migrations", ""))
+	// The lock was released: another runner can proceed.
+	_, err = migrate.Apply(ctx, db.Connect(t), ms[:1])
+	require.NoError(t, err)
+}
+
+func TestLoadRejectsBadFileNames(t *testing.T) {
+	t.Parallel()
+	_, err := migrate.Load(fstest.MapFS{"1_init.sql": {Data: []byte("SELECT 1")}})
+	require.ErrorContains(t, err, "NNNN_lower_snake_case.sql")
+	_, err = migrate.Load(fstest.MapFS{
+		"0001_a.sql": {Data: []byte("SELECT 1")},
+		"0001_b.sql": {Data: []byte("SELECT 1")},
+	})
+	require.ErrorContains(t, err, "share version 0001")
+}
