@@ -1,0 +1,498 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/stretchr/testify/require"
+	stripewebhook "github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/pgtest"
+	"github.com/stripe-inbox/inbox/internal/secrets"
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/webhook"
+)
+
+const (
+	secretA = "whsec_test_secret_a"
+	secretB = "whsec_test_secret_b"
+)
+
+type testBundle struct {
+	db      *pgtest.Database
+	handler *webhook.Handler
+	logs    *bytes.Buffer
+	metrics *bytes.Buffer
+}
+
+// setup builds a handler over a fresh database with endpoints billing (secret
+// A) and connect (secret B).
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := pgtest.DB(t)
+	return setupWith(t, db, map[string]string{"billing": secretA, "connect": secretB})
+}
+
+func setupWith(t *testing.T, db *pgtest.Database, endpoints map[string]string) *testBundle {
+	t.Helper()
+	keyring, err := secrets.NewKeyring(context.Background(), endpoints, secrets.Literal, secrets.Options{})
+	require.NoError(t, err)
+	b := &testBundle{db: db, logs: &bytes.Buffer{}, metrics: &bytes.Buffer{}}
+	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: b.logs}, nil))
+	em := metrics.New(&lockedWriter{w: b.metrics}, "Test", map[string]string{"Service": "webhook"})
+	pool, err := database.Open(context.Background(), database.Config{URL: db.URL, MaxConns: 2}, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b.handler = webhook.New(keyring, pool, logger, em, webhook.Config{MaxBodyBytes: 64 << 10})
+	return b
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// eventJSON is a Stripe-shaped event.
+func eventJSON(id, typ string) []byte {
+	return []byte(fmt.Sprintf(`{
+  "id": %q,
+  "object": "event",
+  "api_version": "2025-03-31.basil",
+  "created": 1764633600,
+  "livemode": false,
+  "type": %q,
+  "data": {"object": {"id": "in_123", "object": "invoice", "customer": "cus_1", "amount_paid": 1000}}
+}`, id, typ))
+}
+
+func sign(body []byte, secret string) string {
+	return stripewebhook.GenerateTestSignedPayload(&stripewebhook.UnsignedPayload{Payload: body, Secret: secret}).Header
+}
+
+// request builds the Function URL event for a POST to /endpoint.
+func request(endpoint string, body []byte, header string) events.LambdaFunctionURLRequest {
+	headers := map[string]string{"content-type": "application/json"}
+	if header != "" {
+		headers["stripe-signature"] = header
+	}
+	return events.LambdaFunctionURLRequest{
+		Version: "2.0",
+		RawPath: "/" + endpoint,
+		Headers: headers,
+		Body:    string(body),
+		RequestContext: events.LambdaFunctionURLRequestContext{
+			RequestID: "req-1",
+			HTTP:      events.LambdaFunctionURLRequestContextHTTPDescription{Method: "POST", Path: "/" + endpoint},
+		},
+	}
+}
+
+func signedRequest(endpoint, id, typ, secret string) events.LambdaFunctionURLRequest {
+	body := eventJSON(id, typ)
+	return request(endpoint, body, sign(body, secret))
+}
+
+func (b *testBundle) do(t *testing.T, req events.LambdaFunctionURLRequest) events.LambdaFunctionURLResponse {
+	t.Helper()
+	resp, err := b.handler.Handle(context.Background(), req)
+	require.NoError(t, err, "the handler answers every request with a status, never an error")
+	return resp
+}
+
+func outcomeOf(t *testing.T, resp events.LambdaFunctionURLResponse) string {
+	t.Helper()
+	require.Equal(t, http.StatusOK, resp.StatusCode, resp.Body)
+	var body struct {
+		Received bool   `json:"received"`
+		Outcome  string `json:"outcome"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(resp.Body), &body))
+	require.True(t, body.Received)
+	return body.Outcome
+}
+
+func TestSameEventTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	req := signedRequest("billing", "evt_1", "invoice.paid", secretA)
+
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, req)))
+	require.Equal(t, "duplicate", outcomeOf(t, b.do(t, req)))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
+
+	var processed *time.Time
+	var attempts int
+	var payload string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT processed_at, attempts, payload->>'type' FROM webhook_inbox WHERE event_id = 'evt_1'").Scan(&processed, &attempts, &payload))
+	require.Nil(t, processed, "the webhook stores the receipt unprocessed; the worker applies it")
+	require.Equal(t, 0, attempts)
+	require.Equal(t, "invoice.paid", payload)
+}
+
+func TestSameEventFromEightConnectionsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	req := signedRequest("billing", "evt_race", "invoice.paid", secretA)
+
+	// Each delivery gets a handler whose pool holds exactly one connection of
+	// its own, as eight Lambda instances would.
+	const n = 8
+	handlers := make([]*webhook.Handler, n)
+	for i := range handlers {
+		pool := poolOfOne(t, db)
+		keyring, err := secrets.NewKeyring(context.Background(), map[string]string{"billing": secretA}, secrets.Literal, secrets.Options{})
+		require.NoError(t, err)
+		handlers[i] = webhook.New(keyring, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, webhook.Config{})
+	}
+	start := make(chan struct{})
+	outcomes := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range handlers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			resp, err := handlers[i].Handle(context.Background(), req)
+			if err == nil && resp.StatusCode == http.StatusOK {
+				var body struct{ Outcome string }
+				_ = json.Unmarshal([]byte(resp.Body), &body)
+				outcomes[i] = body.Outcome
+			} else {
+				outcomes[i] = fmt.Sprintf("status %d: %v", resp.StatusCode, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	count := map[string]int{}
+	for _, o := range outcomes {
+		count[o]++
+	}
+	require.Equal(t, map[string]int{"stored": 1, "duplicate": 7}, count)
+	require.Equal(t, 1, db.Count(t, "webhook_inbox", ""))
+}
+
+func TestSecondDeliveryWaitsForFirstAndStoresItWhenFirstRollsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	body := eventJSON("evt_wait", "invoice.paid")
+	ev, err := stripeevent.Verify(body, sign(body, secretA), []string{secretA})
+	require.NoError(t, err)
+
+	// Delivery 1: its transaction has inserted the receipt and is still open.
+	first := b.db.Connect(t)
+	tx, err := first.Begin(ctx)
+	require.NoError(t, err)
+	outcome, err := inbox.Store(ctx, tx, "billing", ev)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Stored, outcome)
+
+	// Delivery 2 goes through the handler and must wait on the unique index.
+	done := make(chan events.LambdaFunctionURLResponse, 1)
+	go func() {
+		resp, _ := b.handler.Handle(ctx, request("billing", body, sign(body, secretA)))
+		done <- resp
+	}()
+	waitForLockWaiter(t, b.db)
+	select {
+	case resp := <-done:
+		t.Fatalf("second delivery answered while the first was open: %d %s", resp.StatusCode, resp.Body)
+	default:
+	}
+
+	require.NoError(t, tx.Rollback(ctx))
+	resp := <-done
+	require.Equal(t, "stored", outcomeOf(t, resp), "after the first rolls back, the second stores the receipt")
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
+}
+
+func TestSecondDeliveryIsDuplicateWhenFirstCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	body := eventJSON("evt_wait_commit", "invoice.paid")
+	ev, err := stripeevent.Verify(body, sign(body, secretA), []string{secretA})
+	require.NoError(t, err)
+
+	first := b.db.Connect(t)
+	tx, err := first.Begin(ctx)
+	require.NoError(t, err)
+	_, err = inbox.Store(ctx, tx, "billing", ev)
+	require.NoError(t, err)
+
+	done := make(chan events.LambdaFunctionURLResponse, 1)
+	go func() {
+		resp, _ := b.handler.Handle(ctx, request("billing", body, sign(body, secretA)))
+		done <- resp
+	}()
+	waitForLockWaiter(t, b.db)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, "duplicate", outcomeOf(t, <-done))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
+}
+
+// waitForLockWaiter polls until some session of the test database waits on a
+// lock (the second INSERT blocked on the first's uncommitted key).
+func waitForLockWaiter(t *testing.T, db *pgtest.Database) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting int
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		if waiting > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no session started waiting on the receipt's key")
+}
+
+func TestSameEventOnTwoEndpointsIsStoredForEach(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, signedRequest("billing", "evt_both", "invoice.paid", secretA))))
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, signedRequest("connect", "evt_both", "invoice.paid", secretB))))
+	require.Equal(t, 2, b.db.Count(t, "webhook_inbox", "event_id = 'evt_both'"))
+}
+
+func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	valid := eventJSON("evt_bad", "invoice.paid")
+	validHeader := sign(valid, secretA)
+	var reserialized bytes.Buffer
+	require.NoError(t, json.Compact(&reserialized, valid))
+	old := stripewebhook.GenerateTestSignedPayload(&stripewebhook.UnsignedPayload{
+		Payload: valid, Secret: secretA, Timestamp: time.Now().Add(-stripeevent.Tolerance - time.Minute),
+	}).Header
+	tampered := bytes.Replace(valid, []byte(`"amount_paid": 1000`), []byte(`"amount_paid": 9000`), 1)
+	oversize := append(append([]byte(nil), valid[:len(valid)-1]...), []byte(`,"pad":"`+strings.Repeat("x", 70<<10)+`"}`)...)
+	signedOf := func(body []byte) events.LambdaFunctionURLRequest { return request("billing", body, sign(body, secretA)) }
+
+	cases := []struct {
+		name   string
+		req    events.LambdaFunctionURLRequest
+		status int
+		reason string
+	}{
+		{"missing header", request("billing", valid, ""), 400, "not_signed"},
+		{"garbage header", request("billing", valid, "nonsense"), 400, "bad_signature"},
+		{"tampered body", request("billing", tampered, validHeader), 400, "bad_signature"},
+		{"body re-serialized with other whitespace", request("billing", reserialized.Bytes(), validHeader), 400, "bad_signature"},
+		{"timestamp outside tolerance", request("billing", valid, old), 400, "signature_too_old"},
+		{"signature from another endpoint's secret", request("billing", valid, sign(valid, secretB)), 400, "bad_signature"},
+		{"unknown endpoint", request("payouts", valid, validHeader), 404, "unknown_endpoint"},
+		{"root path", request("", valid, validHeader), 404, "unknown_endpoint"},
+		{"nested path", request("billing/x", valid, validHeader), 404, "unknown_endpoint"},
+		{"wrong method", func() events.LambdaFunctionURLRequest {
+			r := request("billing", valid, validHeader)
+			r.RequestContext.HTTP.Method = "GET"
+			return r
+		}(), 405, "method_not_allowed"},
+		{"oversize body", signedOf(oversize), 413, "body_too_large"},
+		{"oversize base64 body", func() events.LambdaFunctionURLRequest {
+			r := signedOf(oversize)
+			r.Body, r.IsBase64Encoded = base64.StdEncoding.EncodeToString(oversize), true
+			return r
+		}(), 413, "body_too_large"},
+		{"invalid base64", func() events.LambdaFunctionURLRequest {
+			r := signedOf(valid)
+			r.Body, r.IsBase64Encoded = "!!not base64!!", true
+			return r
+		}(), 400, "bad_encoding"},
+		{"empty body", request("billing", nil, sign(nil, secretA)), 400, "empty_body"},
+		{"non-JSON", signedOf([]byte("hello")), 400, "malformed_event"},
+		{"JSON array", signedOf([]byte(`[{"id":"evt_1","type":"x"}]`)), 400, "malformed_event"},
+		{"JSON without id", signedOf([]byte(`{"type":"invoice.paid","data":{}}`)), 400, "malformed_event"},
+		{"JSON without type", signedOf([]byte(`{"id":"evt_x","data":{}}`)), 400, "malformed_event"},
+		{"id of wrong type", signedOf([]byte(`{"id":12,"type":"invoice.paid"}`)), 400, "malformed_event"},
+		{"id with a space", signedOf([]byte(`{"id":"evt x","type":"invoice.paid"}`)), 400, "malformed_event"},
+		{"NUL in payload", signedOf([]byte(`{"id":"evt_nul","type":"invoice.paid","x":"\u0000"}`)), 400, "malformed_event"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			resp := b.do(t, tc.req)
+			require.Equal(t, tc.status, resp.StatusCode, resp.Body)
+			require.True(t, json.Valid([]byte(resp.Body)), resp.Body)
+			require.NotContains(t, resp.Body, "webhook had", "internal error text must not reach the caller")
+			require.Equal(t, 0, b.db.Count(t, "webhook_inbox", ""), "a refused request stores nothing")
+			require.Contains(t, b.logs.String(), `"reason":"`+tc.reason+`"`)
+			require.Contains(t, b.metrics.String(), `"Reason":"`+tc.reason+`"`)
+		})
+	}
+}
+
+func TestBase64AndPlainBodies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := eventJSON("evt_b64", "invoice.paid")
+	req := request("billing", body, sign(body, secretA))
+	req.Body, req.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, req)))
+
+	// The same event as a plain body is the same receipt.
+	require.Equal(t, "duplicate", outcomeOf(t, b.do(t, request("billing", body, sign(body, secretA)))))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
+}
+
+func TestTwoSecretsDuringRotationAreBothAccepted(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, pgtest.DB(t), map[string]string{"billing": secretA + "," + secretB})
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, signedRequest("billing", "evt_old", "invoice.paid", secretA))))
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, signedRequest("billing", "evt_new", "invoice.paid", secretB))))
+
+	// Stripe signs with both secrets during a roll: one header, two v1 values.
+	body := eventJSON("evt_both_sigs", "invoice.paid")
+	now := time.Now()
+	header := fmt.Sprintf("t=%d,v1=%x,v1=%x", now.Unix(),
+		stripewebhook.ComputeSignature(now, body, "whsec_unknown"), stripewebhook.ComputeSignature(now, body, secretB))
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, request("billing", body, header))))
+	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", ""))
+}
+
+func TestNewerAPIVersionIsAcceptedAndStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := []byte(`{"id":"evt_future","object":"event","api_version":"2031-01-01.zeta","livemode":true,"account":"acct_9",` +
+		`"type":"invoice.paid","data":{"object":{"id":"in_9","object":"invoice","new_field":{"x":1}}}}`)
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, request("billing", body, sign(body, secretA)))))
+
+	var apiVersion, account, objectID, eventType string
+	var livemode bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT api_version, livemode, account, object_id, event_type FROM webhook_inbox WHERE event_id = 'evt_future'`).
+		Scan(&apiVersion, &livemode, &account, &objectID, &eventType))
+	require.Equal(t, "2031-01-01.zeta", apiVersion)
+	require.True(t, livemode)
+	require.Equal(t, "acct_9", account)
+	require.Equal(t, "in_9", objectID)
+	require.Equal(t, "invoice.paid", eventType)
+}
+
+func TestEventWithoutOptionalFieldsStoresNulls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := []byte(`{"id":"evt_min","type":"ping"}`)
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, request("billing", body, sign(body, secretA)))))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "api_version IS NULL AND account IS NULL AND object_id IS NULL AND NOT livemode"))
+}
+
+func TestStoreFailureAnswers5xxAndRetrySucceeds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// Make the commit fail the way a broken database would: the table is
+	// locked beyond the store timeout.
+	locker := b.db.Connect(t)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE webhook_inbox IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	keyring, err := secrets.NewKeyring(ctx, map[string]string{"billing": secretA}, secrets.Literal, secrets.Options{})
+	require.NoError(t, err)
+	logs := &bytes.Buffer{}
+	h := webhook.New(keyring, b.db.Pool, slog.New(slog.NewJSONHandler(logs, nil)), nil, webhook.Config{StoreTimeout: 200 * time.Millisecond})
+	req := signedRequest("billing", "evt_retry", "invoice.paid", secretA)
+	resp, err := h.Handle(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	require.JSONEq(t, `{"error":"receipt not stored; retry"}`, resp.Body)
+	require.Contains(t, logs.String(), `"outcome":"failed"`)
+	require.NoError(t, tx.Rollback(ctx))
+
+	require.Equal(t, 0, b.db.Count(t, "webhook_inbox", ""))
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, req)), "Stripe's retry stores it")
+}
+
+func TestLogsAndMetricsPerRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	req := signedRequest("billing", "evt_log", "invoice.paid", secretA)
+	b.do(t, req)
+	b.do(t, req)
+
+	lines := strings.Split(strings.TrimSpace(b.logs.String()), "\n")
+	require.Len(t, lines, 2)
+	var first map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
+	require.Equal(t, "evt_log", first["event_id"])
+	require.Equal(t, "invoice.paid", first["event_type"])
+	require.Equal(t, "billing", first["endpoint"])
+	require.Equal(t, "stored", first["outcome"])
+	require.Contains(t, first, "duration_ms")
+
+	emf := strings.Split(strings.TrimSpace(b.metrics.String()), "\n")
+	require.Len(t, emf, 2)
+	require.Contains(t, emf[0], `"Received":1`)
+	require.Contains(t, emf[1], `"Duplicate":1`)
+}
+
+func TestHTTPAdapterServesTheFunctionURLShape(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := httptest.NewServer(webhook.HTTPHandler(b.handler))
+	t.Cleanup(srv.Close)
+
+	body := eventJSON("evt_http", "invoice.paid")
+	post := func(contentType string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/billing", bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Stripe-Signature", sign(body, secretA))
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	require.Equal(t, http.StatusOK, post("application/json; charset=utf-8").StatusCode)
+	// A body the Function URL would base64-encode still verifies.
+	resp := post("application/octet-stream")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	got, _ := io.ReadAll(resp.Body)
+	require.JSONEq(t, `{"received":true,"outcome":"duplicate"}`, string(got))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
+}
+
+func TestFunctionURLFixtureDecodes(t *testing.T) {
+	t.Parallel()
+	// A payload-format-2.0 event as AWS documents it, with a base64 body.
+	raw := []byte(`{"version":"2.0","routeKey":"$default","rawPath":"/billing","rawQueryString":"",
+	 "headers":{"content-type":"application/json","stripe-signature":"t=1,v1=00","host":"abc.lambda-url.us-east-1.on.aws"},
+	 "requestContext":{"accountId":"anonymous","apiId":"abc","domainName":"abc.lambda-url.us-east-1.on.aws","domainPrefix":"abc",
+	  "http":{"method":"POST","path":"/billing","protocol":"HTTP/1.1","sourceIp":"3.18.12.63","userAgent":"Stripe/1.0"},
+	  "requestId":"id","routeKey":"$default","stage":"$default","time":"02/Dec/2026:09:00:00 +0000","timeEpoch":1796202000000},
+	 "body":"e30=","isBase64Encoded":true}`)
+	var req events.LambdaFunctionURLRequest
+	require.NoError(t, json.Unmarshal(raw, &req))
+	require.Equal(t, "/billing", req.RawPath)
+	require.True(t, req.IsBase64Encoded)
+	require.Equal(t, "POST", req.RequestContext.HTTP.Method)
+	require.Equal(t, "t=1,v1=00", req.Headers["stripe-signature"])
+}
