@@ -18,9 +18,11 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/config"
 	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/webhook"
+	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
 // Logger returns the JSON logger every function uses, at LOG_LEVEL (debug,
@@ -97,4 +99,13 @@ func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out 
 	}
 	h := webhook.New(keyring, pool, logger, Metrics(out, c.Common), c.Handler)
 	return &Webhook{Handler: h, Pool: pool, Keyring: keyring}, nil
+}
+
+// NewWorker builds the worker.
+func NewWorker(ctx context.Context, c config.Worker, logger *slog.Logger, out io.Writer) (*worker.Worker, *pgxpool.Pool, error) {
+	pool, err := Pool(ctx, c.Database)
+	if err != nil {
+		return nil, nil, err
+	}
+	return worker.New(pool, handlers.Default(), c.Worker, logger, Metrics(out, c.Common)), pool, nil
 }

@@ -13,3 +13,88 @@ INSERT INTO webhook_inbox
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
 ON CONFLICT (provider, endpoint, event_id) DO NOTHING
 RETURNING true`
+
+// Worker queries. $now parameters are nullable: NULL means the database's
+// now(), which production uses; tests pass a time to control leases and
+// backoff without sleeping.
+
+// claimReceipts: $1 now, $2 max_attempts, $3 limit, $4 lease in milliseconds.
+// Takes up to $3 claimable rows, skipping rows another transaction has locked,
+// counts the attempt and hides the rows for the lease. It commits on its own
+// (autocommit), so the attempt is counted even if the process then dies.
+const claimReceipts = `
+WITH picked AS (
+    SELECT provider, endpoint, event_id
+      FROM webhook_inbox
+     WHERE processed_at IS NULL
+       AND available_at <= coalesce($1::timestamptz, now())
+       AND attempts < $2
+     ORDER BY available_at
+     LIMIT $3
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_inbox AS w
+   SET attempts     = w.attempts + 1,
+       available_at = coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond'
+  FROM picked
+ WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
+RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts`
+
+// lockReceipt: $1 provider, $2 endpoint, $3 event_id. Waits for (not skips)
+// a row lock, and returns nothing when the row is already processed.
+const lockReceipt = `
+SELECT event_type, payload::text
+  FROM webhook_inbox
+ WHERE provider = $1 AND endpoint = $2 AND event_id = $3
+   AND processed_at IS NULL
+   FOR UPDATE`
+
+// markProcessed: $1 provider, $2 endpoint, $3 event_id, $4 outcome, $5 now.
+const markProcessed = `
+UPDATE webhook_inbox
+   SET processed_at = coalesce($5::timestamptz, now()),
+       outcome      = $4,
+       last_error   = NULL
+ WHERE provider = $1 AND endpoint = $2 AND event_id = $3
+   AND processed_at IS NULL`
+
+// recordFailure: $1 provider, $2 endpoint, $3 event_id, $4 error text,
+// $5 now, $6 delay in milliseconds. Never touches a row another worker has
+// completed.
+const recordFailure = `
+UPDATE webhook_inbox
+   SET last_error   = $4,
+       available_at = coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond'
+ WHERE provider = $1 AND endpoint = $2 AND event_id = $3
+   AND processed_at IS NULL`
+
+// releaseClaims: $1 providers, $2 endpoints, $3 event_ids, $4 now. Gives
+// back claimed rows that were never attempted (the invocation is about to
+// end): the attempt is uncounted and the row is claimable at once.
+const releaseClaims = `
+UPDATE webhook_inbox AS w
+   SET attempts     = greatest(w.attempts - 1, 0),
+       available_at = coalesce($4::timestamptz, now())
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint, event_id)
+ WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
+   AND w.processed_at IS NULL`
+
+// backlogStats: $1 max_attempts, $2 now. Reads only unprocessed rows
+// (through the partial index).
+const backlogStats = `
+SELECT count(*) FILTER (WHERE attempts < $1),
+       coalesce(extract(epoch FROM coalesce($2::timestamptz, now()) - min(received_at) FILTER (WHERE attempts < $1)), 0)::float8,
+       count(*) FILTER (WHERE attempts >= $1)
+  FROM webhook_inbox
+ WHERE processed_at IS NULL`
+
+// resetNeedsReview: $1 max_attempts, $2 endpoint (NULL for all), $3 event_id
+// (NULL for all). Gives rows that used up their attempts a fresh start, after
+// an operator has fixed the cause.
+const resetNeedsReview = `
+UPDATE webhook_inbox
+   SET attempts = 0, available_at = now()
+ WHERE processed_at IS NULL
+   AND attempts >= $1
+   AND ($2::text IS NULL OR endpoint = $2)
+   AND ($3::text IS NULL OR event_id = $3)`

@@ -1,0 +1,34 @@
+// Command worker is the Lambda that an EventBridge schedule invokes every
+// minute to drain the inbox; see internal/worker. It returns the run's
+// summary as JSON.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/stripe-inbox/inbox/internal/bootstrap"
+	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+func main() {
+	logger := bootstrap.Logger(os.Stdout)
+	cfg, err := config.LoadWorker(os.Getenv)
+	if err != nil {
+		bootstrap.Fail(logger, "worker cannot start", err)
+	}
+	w, pool, err := bootstrap.NewWorker(context.Background(), cfg, logger, os.Stdout)
+	if err != nil {
+		bootstrap.Fail(logger, "worker cannot start", err)
+	}
+	handler := func(ctx context.Context, _ events.EventBridgeEvent) (worker.Summary, error) {
+		s, err := w.Run(ctx)
+		logger.InfoContext(ctx, "worker run", "summary", s)
+		return s, err
+	}
+	lambda.StartWithOptions(handler, lambda.WithEnableSIGTERM(pool.Close))
+}

@@ -1,0 +1,37 @@
+package config
+
+import (
+	"time"
+
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+// Worker is the worker function's configuration.
+type Worker struct {
+	Common
+	Worker worker.Config
+}
+
+// LoadWorker reads WORKER_CONCURRENCY, MAX_ATTEMPTS, LEASE, STATEMENT_TIMEOUT,
+// DEADLINE_MARGIN, CLAIM_LIMIT, BACKOFF_BASE and BACKOFF_CAP, and the
+// database settings. The pool gets one connection per drainer plus one.
+func LoadWorker(env Env) (Worker, error) {
+	var p problems
+	wc := worker.Config{}
+	wc.Concurrency = p.integer(env, "WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, 64)
+	wc.MaxAttempts = p.integer(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts, 1, 1000)
+	wc.ClaimLimit = p.integer(env, "CLAIM_LIMIT", worker.DefaultClaimLimit, 1, 1000)
+	wc.Lease = p.duration(env, "LEASE", worker.DefaultLease, time.Second, time.Hour)
+	wc.StatementTimeout = p.duration(env, "STATEMENT_TIMEOUT", worker.DefaultStatementTimeout, 10*time.Millisecond, 15*time.Minute)
+	wc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", worker.DefaultDeadlineMargin, time.Second, 15*time.Minute)
+	wc.BackoffBase = p.duration(env, "BACKOFF_BASE", worker.DefaultBackoffBase, 10*time.Millisecond, time.Hour)
+	wc.BackoffCap = p.duration(env, "BACKOFF_CAP", worker.DefaultBackoffCap, 10*time.Millisecond, 24*time.Hour)
+	w := Worker{Common: p.common(env, "worker", wc.Concurrency+1), Worker: wc}
+	if int(w.Database.MaxConns) < wc.Concurrency+1 {
+		p.addf("DB_MAX_CONNS=%d: the worker needs one connection per drainer plus one (WORKER_CONCURRENCY+1 = %d)", w.Database.MaxConns, wc.Concurrency+1)
+	}
+	if err := wc.Validate(); err != nil {
+		p.addf("%v", err)
+	}
+	return w, p.err()
+}

@@ -1,0 +1,89 @@
+// Package handlers holds the business effects of Stripe events: idempotent
+// state transitions on invoices, ledger bookings with unique business keys,
+// and outbox rows written in the same transaction.
+//
+// Every handler runs inside the worker's processing transaction, together
+// with the update that marks the receipt processed, so an effect and its
+// receipt commit or roll back as one. Handlers must be correct when the same
+// fact arrives twice (redelivery, or two Event objects), concurrently, and in
+// any order. They never order events by their `created` timestamp: Stripe
+// records it in seconds and says not to use it for ordering.
+package handlers
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is the transaction a handler runs in.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Event is a stored receipt as a handler sees it.
+type Event struct {
+	ID       string
+	Type     string
+	Endpoint string
+	Payload  []byte // the verified Stripe event JSON
+}
+
+// Outcome says what a handler did.
+type Outcome string
+
+const (
+	// Applied: the event's effect is now reflected (it may have been a no-op
+	// because the effect was already there).
+	Applied Outcome = "applied"
+	// Ignored: the event type has no handler.
+	Ignored Outcome = "ignored"
+)
+
+// Result is what a handler reports.
+type Result struct {
+	Outcome Outcome
+	// Anomaly is set when the event raised (or re-raised) an anomaly row.
+	Anomaly bool
+}
+
+// Handler applies one event inside tx.
+type Handler func(ctx context.Context, tx DB, ev Event) (Result, error)
+
+// ErrBadPayload means the event's data.object lacks what the handler needs.
+// Retrying cannot help; the receipt uses up its attempts and waits for review.
+var ErrBadPayload = errors.New("event payload is missing required fields")
+
+// Registry maps event types to handlers.
+type Registry map[string]Handler
+
+// Default is the one place where handlers are registered.
+func Default() Registry {
+	return Registry{
+		"invoice.created":              invoiceCreated,
+		"invoice.finalized":            invoiceFinalized,
+		"invoice.paid":                 invoicePaid,
+		"invoice.voided":               invoiceVoided,
+		"invoice.marked_uncollectible": invoiceMarkedUncollectible,
+		"charge.refunded":              chargeRefunded,
+		"refund.created":               refundCreated,
+	}
+}
+
+// Types lists the registered event types, sorted.
+func (r Registry) Types() []string { return slices.Sorted(maps.Keys(r)) }
+
+// Apply runs the handler for ev.Type, or reports Ignored when there is none.
+func (r Registry) Apply(ctx context.Context, tx DB, ev Event) (Result, error) {
+	h, ok := r[ev.Type]
+	if !ok {
+		return Result{Outcome: Ignored}, nil
+	}
+	return h(ctx, tx, ev)
+}

@@ -1,0 +1,129 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Claimed is a receipt the caller holds a lease on.
+type Claimed struct {
+	Key
+	EventType string
+	Attempts  int // including this one
+}
+
+// ClaimParams bound a claim.
+type ClaimParams struct {
+	Now         *time.Time // nil: the database's now()
+	MaxAttempts int
+	Limit       int
+	Lease       time.Duration
+}
+
+// Claim takes up to p.Limit claimable receipts in one short statement that
+// commits on its own: each one's attempt is counted and it is hidden from
+// other claims for the lease.
+func Claim(ctx context.Context, db DB, p ClaimParams) ([]Claimed, error) {
+	rows, err := db.Query(ctx, claimReceipts, p.Now, p.MaxAttempts, p.Limit, p.Lease.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claiming receipts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		var c Claimed
+		err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming receipts: %w", err)
+	}
+	return out, nil
+}
+
+// Locked is a receipt locked for processing.
+type Locked struct {
+	EventType string
+	Payload   []byte
+}
+
+// Lock locks k's row in tx, waiting for a concurrent holder. found is false
+// when the row is already processed (another worker completed it).
+func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
+	var l Locked
+	var payload string
+	err := tx.QueryRow(ctx, lockReceipt, k.Provider, k.Endpoint, k.EventID).Scan(&l.EventType, &payload)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Locked{}, false, nil
+	case err != nil:
+		return Locked{}, false, fmt.Errorf("locking receipt %s: %w", k.EventID, err)
+	}
+	l.Payload = []byte(payload)
+	return l, true, nil
+}
+
+// MarkProcessed sets processed_at and the outcome in tx.
+func MarkProcessed(ctx context.Context, tx DB, k Key, outcome string, now *time.Time) error {
+	tag, err := tx.Exec(ctx, markProcessed, k.Provider, k.Endpoint, k.EventID, outcome, now)
+	if err != nil {
+		return fmt.Errorf("marking receipt %s processed: %w", k.EventID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("marking receipt %s processed: %d rows matched", k.EventID, tag.RowsAffected())
+	}
+	return nil
+}
+
+// RecordFailure stores the error and makes the row claimable again after
+// delay, unless another worker has completed it meanwhile.
+func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time.Duration, now *time.Time) error {
+	if _, err := db.Exec(ctx, recordFailure, k.Provider, k.Endpoint, k.EventID, errText, now, delay.Milliseconds()); err != nil {
+		return fmt.Errorf("recording failure of receipt %s: %w", k.EventID, err)
+	}
+	return nil
+}
+
+// Release gives back claimed receipts that were not attempted.
+func Release(ctx context.Context, db DB, keys []Key, now *time.Time) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ps, es, ids := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		ps[i], es[i], ids[i] = k.Provider, k.Endpoint, k.EventID
+	}
+	if _, err := db.Exec(ctx, releaseClaims, ps, es, ids, now); err != nil {
+		return fmt.Errorf("releasing %d claims: %w", len(keys), err)
+	}
+	return nil
+}
+
+// Backlog describes the unprocessed receipts.
+type Backlog struct {
+	Count            int     // unprocessed and still claimable by attempts
+	OldestAgeSeconds float64 // age of the oldest of those; 0 when none
+	NeedsReview      int     // unprocessed with attempts at the limit
+}
+
+// Stats reads the backlog.
+func Stats(ctx context.Context, db DB, maxAttempts int, now *time.Time) (Backlog, error) {
+	var b Backlog
+	if err := db.QueryRow(ctx, backlogStats, maxAttempts, now).Scan(&b.Count, &b.OldestAgeSeconds, &b.NeedsReview); err != nil {
+		return Backlog{}, fmt.Errorf("reading backlog: %w", err)
+	}
+	return b, nil
+}
+
+// ResetNeedsReview makes receipts that used up their attempts claimable again
+// with a fresh count; empty endpoint or eventID match all. It returns how
+// many rows it reset.
+func ResetNeedsReview(ctx context.Context, db DB, maxAttempts int, endpoint, eventID string) (int64, error) {
+	tag, err := db.Exec(ctx, resetNeedsReview, maxAttempts, nullable(endpoint), nullable(eventID))
+	if err != nil {
+		return 0, fmt.Errorf("resetting receipts that need review: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,98 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config tunes the worker. Zero values take the defaults below; Validate
+// rejects combinations that would break its guarantees.
+type Config struct {
+	// Concurrency is the number of drainers, each on its own connection.
+	Concurrency int
+	// MaxAttempts is how many times a receipt is tried before it waits for a
+	// human (needs review).
+	MaxAttempts int
+	// Lease is how long a claimed receipt stays hidden from other claims.
+	Lease time.Duration
+	// StatementTimeout bounds each statement of a processing transaction,
+	// including the wait for the receipt's row lock.
+	StatementTimeout time.Duration
+	// DeadlineMargin: drainers stop claiming, and give back claimed receipts
+	// they have not started, when the invocation has less than this left.
+	DeadlineMargin time.Duration
+	// ClaimLimit is how many receipts one claim takes.
+	ClaimLimit int
+	// BackoffBase and BackoffCap shape the retry delay after a failure:
+	// min(cap, base * 2^(attempts-1)), jittered to 50-100%.
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+}
+
+// Defaults.
+const (
+	DefaultConcurrency      = 4
+	DefaultMaxAttempts      = 10
+	DefaultLease            = 2 * time.Minute
+	DefaultStatementTimeout = 30 * time.Second
+	DefaultDeadlineMargin   = 40 * time.Second
+	DefaultClaimLimit       = 4
+	DefaultBackoffBase      = 2 * time.Second
+	DefaultBackoffCap       = 5 * time.Minute
+)
+
+// WithDefaults fills zero fields.
+func (c Config) WithDefaults() Config {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.ClaimLimit == 0 {
+		c.ClaimLimit = DefaultClaimLimit
+	}
+	def(&c.Lease, DefaultLease)
+	def(&c.StatementTimeout, DefaultStatementTimeout)
+	def(&c.DeadlineMargin, DefaultDeadlineMargin)
+	def(&c.BackoffBase, DefaultBackoffBase)
+	def(&c.BackoffCap, DefaultBackoffCap)
+	return c
+}
+
+// Validate reports every mistake, phrased as what to fix. The variable names
+// are those functions/worker reads.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Concurrency < 1 || c.Concurrency > 64 {
+		add("WORKER_CONCURRENCY=%d: must be from 1 to 64", c.Concurrency)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > 1000 {
+		add("MAX_ATTEMPTS=%d: must be from 1 to 1000", c.MaxAttempts)
+	}
+	if c.ClaimLimit < 1 || c.ClaimLimit > 1000 {
+		add("CLAIM_LIMIT=%d: must be from 1 to 1000", c.ClaimLimit)
+	}
+	if c.StatementTimeout < 10*time.Millisecond {
+		add("STATEMENT_TIMEOUT=%s: must be at least 10ms", c.StatementTimeout)
+	}
+	if c.Lease <= c.StatementTimeout {
+		add("LEASE=%s must be longer than STATEMENT_TIMEOUT=%s, or a receipt could be re-claimed while it is still being processed", c.Lease, c.StatementTimeout)
+	} else if c.Lease < time.Duration(c.ClaimLimit)*c.StatementTimeout {
+		add("LEASE=%s must be at least CLAIM_LIMIT x STATEMENT_TIMEOUT = %s, or the last receipt of a claim could outlive its lease before its turn", c.Lease, time.Duration(c.ClaimLimit)*c.StatementTimeout)
+	}
+	if c.DeadlineMargin <= c.StatementTimeout {
+		add("DEADLINE_MARGIN=%s must be longer than STATEMENT_TIMEOUT=%s, so a receipt started before the margin finishes before the invocation ends", c.DeadlineMargin, c.StatementTimeout)
+	}
+	if c.BackoffBase <= 0 || c.BackoffCap < c.BackoffBase {
+		add("BACKOFF_BASE=%s and BACKOFF_CAP=%s: need 0 < base <= cap", c.BackoffBase, c.BackoffCap)
+	}
+	return errors.Join(errs...)
+}

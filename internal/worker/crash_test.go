@@ -1,0 +1,112 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+const crashChildEnv = "INBOX_WORKER_CRASH_CHILD_DB"
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(crashChildEnv); url != "" {
+		crashChild(url)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// crashChild runs a real worker whose invoice.paid handler, after applying
+// its effect inside the processing transaction, says so on stdout and then
+// hangs until the parent kills the process.
+func crashChild(url string) {
+	ctx := context.Background()
+	pool, err := database.Open(ctx, database.Config{URL: url, MaxConns: 2}, nil)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(2)
+	}
+	reg := handlers.Default()
+	real := reg["invoice.paid"]
+	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		_, err := real(ctx, tx, ev)
+		fmt.Println("APPLIED", ev.ID, err)
+		select {} // the middle of processing: effect applied, nothing committed
+	}
+	cfg := worker.Config{Concurrency: 1, Lease: time.Minute, StatementTimeout: 30 * time.Second, DeadlineMargin: 40 * time.Second}.WithDefaults()
+	w := worker.New(pool, reg, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	_, _ = w.Run(ctx)
+	fmt.Println("UNEXPECTED: run returned")
+	os.Exit(3)
+}
+
+func TestProcessKilledMidProcessingIsReclaimedAfterLeaseAndProcessedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, paid("evt_kill", "in_k"))
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+b.db.URL)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "APPLIED evt_kill <nil>", strings.TrimSpace(line))
+
+	// The claim committed; the effect did not.
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "attempts = 1 AND processed_at IS NULL"))
+	require.Equal(t, 0, b.db.Count(t, "ledger_entries", ""))
+
+	require.NoError(t, cmd.Process.Kill()) // SIGKILL
+	err = cmd.Wait()
+	require.Error(t, err, "the child was killed")
+	require.Contains(t, err.Error(), "killed")
+	waitForNoOpenTransaction(t, b)
+
+	// Within the lease no worker takes it.
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 2})
+	require.Equal(t, 0, b.run(t, w).Processed)
+	require.Equal(t, 0, b.db.Count(t, "ledger_entries", ""))
+
+	// After the lease, it is processed exactly once.
+	w.Now = at(time.Now().UTC().Add(2 * time.Minute))
+	s := b.run(t, w)
+	require.Equal(t, 1, s.Processed)
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_k'"))
+	require.Equal(t, 1, b.db.Count(t, "outbox", ""))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "attempts = 2 AND processed_at IS NOT NULL"))
+}
+
+// waitForNoOpenTransaction waits until the killed child's backend has
+// noticed the closed socket and rolled back.
+func waitForNoOpenTransaction(t *testing.T, b *testBundle) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		require.NoError(t, b.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&n))
+		if n == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the killed worker's transaction is still open")
+}

@@ -1,0 +1,301 @@
+// Package worker drains the inbox: it claims unprocessed receipts in short
+// transactions and applies each one's business effect in a processing
+// transaction that also marks it processed.
+//
+// The claim (inbox.Claim) counts the attempt and sets a lease, and commits on
+// its own, so a process that dies while processing still uses up an attempt
+// and a receipt that kills every worker stops at the attempt limit. The
+// processing transaction locks the receipt's row (waiting, not skipping),
+// re-checks that it is unprocessed, applies the handler and sets
+// processed_at: the effect and the mark commit together or not at all, so a
+// receipt whose lease expired and that another worker completed is a no-op
+// when the first worker resumes.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/metrics"
+)
+
+// Worker drains the inbox.
+type Worker struct {
+	pool     *pgxpool.Pool
+	handlers handlers.Registry
+	cfg      Config
+	logger   *slog.Logger
+	metrics  *metrics.Emitter
+
+	// Now returns the time to use for leases and backoff; nil means the
+	// database's now(). Tests set it to move time without sleeping.
+	Now func() *time.Time
+	// Jitter returns a number in [0, 1); math/rand by default.
+	Jitter func() float64
+}
+
+// New returns a Worker. cfg must have passed Validate (after WithDefaults).
+func New(pool *pgxpool.Pool, reg handlers.Registry, cfg Config, logger *slog.Logger, em *metrics.Emitter) *Worker {
+	return &Worker{pool: pool, handlers: reg, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }, Jitter: rand.Float64}
+}
+
+// Outcome of processing one claimed receipt.
+type Outcome string
+
+const (
+	Applied     Outcome = "applied"      // the handler's effect committed with processed_at
+	Ignored     Outcome = "ignored"      // no handler; marked processed
+	AlreadyDone Outcome = "already_done" // another worker completed it first
+	Failed      Outcome = "failed"       // rolled back; failure recorded and rescheduled
+)
+
+// Summary is what one Run did, and the backlog it left.
+type Summary struct {
+	Processed           int     `json:"processed"`
+	Ignored             int     `json:"ignored"`
+	Failed              int     `json:"failed"`
+	AlreadyDone         int     `json:"already_done"`
+	Anomalies           int     `json:"anomalies"`
+	Released            int     `json:"released"`
+	Remaining           int     `json:"remaining"`
+	OldestAgeSeconds    float64 `json:"oldest_unprocessed_age_seconds"`
+	NeedsReview         int     `json:"needs_review"`
+	UnresolvedAnomalies int     `json:"unresolved_anomalies"`
+	DurationMs          int64   `json:"duration_ms"`
+}
+
+func (s *Summary) add(o Outcome, anomaly bool) {
+	switch o {
+	case Applied:
+		s.Processed++
+	case Ignored:
+		s.Ignored++
+	case AlreadyDone:
+		s.AlreadyDone++
+	case Failed:
+		s.Failed++
+	}
+	if anomaly {
+		s.Anomalies++
+	}
+}
+
+// Run drains until nothing is claimable or ctx's deadline is within the
+// margin, then reads the backlog, emits metrics and returns the summary.
+// Errors of single receipts are recorded on them and do not fail the run; an
+// error is returned only when the database cannot be used at all.
+func (w *Worker) Run(ctx context.Context) (Summary, error) {
+	start := time.Now()
+	stopAt := time.Time{}
+	if d, ok := ctx.Deadline(); ok {
+		stopAt = d.Add(-w.cfg.DeadlineMargin)
+	}
+
+	var (
+		mu    sync.Mutex
+		total Summary
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	for i := range w.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := w.drain(ctx, i, stopAt)
+			mu.Lock()
+			defer mu.Unlock()
+			total.Processed += s.Processed
+			total.Ignored += s.Ignored
+			total.Failed += s.Failed
+			total.AlreadyDone += s.AlreadyDone
+			total.Anomalies += s.Anomalies
+			total.Released += s.Released
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	backlog, err := inbox.Stats(statsCtx, w.pool, w.cfg.MaxAttempts, w.Now())
+	if err != nil {
+		errs = append(errs, err)
+	}
+	unresolved, err := handlers.UnresolvedAnomalies(statsCtx, w.pool)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	total.Remaining, total.OldestAgeSeconds, total.NeedsReview = backlog.Count, backlog.OldestAgeSeconds, backlog.NeedsReview
+	total.UnresolvedAnomalies = unresolved
+	total.DurationMs = time.Since(start).Milliseconds()
+
+	runErr := errors.Join(errs...)
+	if runErr == nil {
+		w.emit(ctx, total)
+	}
+	return total, runErr
+}
+
+func (w *Worker) emit(ctx context.Context, s Summary) {
+	err := w.metrics.Emit(nil,
+		metrics.Metric{Name: "BacklogCount", Value: float64(s.Remaining), Unit: metrics.Count},
+		metrics.Metric{Name: "OldestUnprocessedAgeSeconds", Value: s.OldestAgeSeconds, Unit: metrics.Seconds},
+		metrics.Metric{Name: "NeedsReviewCount", Value: float64(s.NeedsReview), Unit: metrics.Count},
+		metrics.Metric{Name: "AnomalyCount", Value: float64(s.UnresolvedAnomalies), Unit: metrics.Count},
+		metrics.Metric{Name: "Processed", Value: float64(s.Processed), Unit: metrics.Count},
+		metrics.Metric{Name: "Failed", Value: float64(s.Failed), Unit: metrics.Count},
+		metrics.Metric{Name: "Ignored", Value: float64(s.Ignored), Unit: metrics.Count},
+	)
+	if err != nil {
+		w.logger.ErrorContext(ctx, "writing metrics", "error", err)
+	}
+}
+
+// drain is one drainer: it holds one connection and claims until nothing is
+// left or the deadline margin is reached.
+func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, error) {
+	var s Summary
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return s, fmt.Errorf("drainer %d: acquiring a connection: %w", id, err)
+	}
+	defer conn.Release()
+
+	expired := func() bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
+	for !expired() && ctx.Err() == nil {
+		claimed, err := inbox.Claim(ctx, conn, inbox.ClaimParams{
+			Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
+		})
+		if err != nil {
+			return s, fmt.Errorf("drainer %d: %w", id, err)
+		}
+		if len(claimed) == 0 {
+			return s, nil
+		}
+		for i, c := range claimed {
+			if expired() || ctx.Err() != nil {
+				rest := make([]inbox.Key, 0, len(claimed)-i)
+				for _, r := range claimed[i:] {
+					rest = append(rest, r.Key)
+				}
+				if err := inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now()); err != nil {
+					w.logger.ErrorContext(ctx, "releasing claims", "error", err, "count", len(rest))
+				} else {
+					s.Released += len(rest)
+				}
+				return s, nil
+			}
+			o, anomaly := w.Process(ctx, conn.Conn(), c)
+			s.add(o, anomaly)
+		}
+	}
+	return s, nil
+}
+
+// Process applies one claimed receipt on conn and records the outcome. It
+// reports whether the receipt raised an anomaly.
+func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (Outcome, bool) {
+	start := time.Now()
+	log := w.logger.With("endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType, "attempt", c.Attempts)
+
+	var res handlers.Result
+	outcome := AlreadyDone
+	err := inTx(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprintf("%dms", w.cfg.StatementTimeout.Milliseconds())); err != nil {
+			return fmt.Errorf("setting statement_timeout: %w", err)
+		}
+		locked, found, err := inbox.Lock(ctx, tx, c.Key)
+		if err != nil || !found {
+			return err
+		}
+		res, err = w.handlers.Apply(ctx, tx, handlers.Event{ID: c.EventID, Type: locked.EventType, Endpoint: c.Endpoint, Payload: locked.Payload})
+		if err != nil {
+			return err
+		}
+		outcome = Outcome(res.Outcome)
+		return inbox.MarkProcessed(ctx, tx, c.Key, string(res.Outcome), w.Now())
+	})
+	if err != nil {
+		// inTx has rolled back the business work.
+		text := describe(err)
+		delay := w.backoff(c.Attempts)
+		// Bounded: the row may be locked by a worker that took it over after
+		// the lease; then this gives up and the lease brings the row back.
+		recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StatementTimeout)
+		defer cancel()
+		if rerr := inbox.RecordFailure(recCtx, conn, c.Key, text, delay, w.Now()); rerr != nil {
+			log.ErrorContext(ctx, "recording failure", "error", rerr)
+		}
+		level := slog.LevelWarn
+		if c.Attempts >= w.cfg.MaxAttempts {
+			level = slog.LevelError
+		}
+		log.Log(ctx, level, "receipt failed", "outcome", Failed, "error", text, "retry_in_ms", delay.Milliseconds(),
+			"needs_review", c.Attempts >= w.cfg.MaxAttempts, "duration_ms", time.Since(start).Milliseconds())
+		return Failed, false
+	}
+	log.InfoContext(ctx, "receipt", "outcome", outcome, "anomaly", res.Anomaly, "duration_ms", time.Since(start).Milliseconds())
+	return outcome, res.Anomaly
+}
+
+// backoff is the delay before attempt+1: min(cap, base*2^(attempt-1)),
+// scaled by a random 50-100% so failed receipts do not retry in lockstep.
+func (w *Worker) backoff(attempt int) time.Duration {
+	exp := math.Pow(2, float64(max(attempt-1, 0)))
+	d := time.Duration(math.Min(float64(w.cfg.BackoffCap), float64(w.cfg.BackoffBase)*exp))
+	return time.Duration(float64(d) * (0.5 + w.Jitter()/2))
+}
+
+// describe turns an error into last_error: its class and a truncated message.
+func describe(err error) string {
+	class := "error"
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		class = "pg " + pgErr.Code
+	case errors.Is(err, handlers.ErrBadPayload):
+		class = "bad_payload"
+	case errors.Is(err, context.DeadlineExceeded):
+		class = "deadline"
+	case errors.Is(err, context.Canceled):
+		class = "canceled"
+	}
+	msg := err.Error()
+	const max = 500
+	if len(msg) > max {
+		msg = msg[:max] + "…"
+	}
+	return class + ": " + msg
+}
+
+// inTx runs fn in a transaction on conn: commit when fn succeeds, otherwise
+// roll back on a context that cannot be cancelled, so a deadline that hit fn
+// does not also leave the connection with a transaction open.
+func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the system locally: migrations, the webhook on http://LISTEN_ADDR/<endpoint>
+# (default http://127.0.0.1:8080/billing) through the same Function URL handler
+# as AWS, and the worker every WORKER_INTERVAL (default 2s) in place of the
+# schedule. Ctrl-C stops everything it started, including a throwaway
+# PostgreSQL.
+#
+# Environment: DATABASE_URL (else a database "inbox_dev" on the server on
+# 127.0.0.1:5432, else on a throwaway cluster), LISTEN_ADDR,
+# STRIPE_WEBHOOK_SECRET (default whsec_local_dev; or the one `stripe listen`
+# prints), WEBHOOK_ENDPOINT (default billing), and any variable of the
+# worker (README, Configuration).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=lib/postgres.sh
+. scripts/lib/postgres.sh
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  pg_find_or_start DEV_SERVER_URL
+  psql "$DEV_SERVER_URL" -XAtqc "SELECT 1 FROM pg_database WHERE datname = 'inbox_dev'" | grep -q 1 \
+    || psql "$DEV_SERVER_URL" -Xqc "CREATE DATABASE inbox_dev" >/dev/null
+  DATABASE_URL=${DEV_SERVER_URL/\/postgres\?/\/inbox_dev?}
+fi
+export DATABASE_URL
+export LISTEN_ADDR=${LISTEN_ADDR:-127.0.0.1:8080}
+export STRIPE_WEBHOOK_SECRET=${STRIPE_WEBHOOK_SECRET:-whsec_local_dev}
+export WEBHOOK_ENDPOINT=${WEBHOOK_ENDPOINT:-billing}
+# Locally the "invocation" is WORKER_TIMEOUT long; keep the margin below it.
+export DEADLINE_MARGIN=${DEADLINE_MARGIN:-40s}
+
+mkdir -p .tmp
+go build -o .tmp/local ./cmd/local
+go build -o .tmp/sendevent ./cmd/sendevent
+
+cat <<MSG
+Database: ${DATABASE_URL}
+Send a signed sample event (in another shell):
+  STRIPE_WEBHOOK_SECRET=$STRIPE_WEBHOOK_SECRET LISTEN_ADDR=$LISTEN_ADDR go run ./cmd/sendevent -type invoice.paid -invoice in_demo_1
+Or forward Stripe's test events:
+  stripe listen --forward-to $LISTEN_ADDR/$WEBHOOK_ENDPOINT   (then restart with STRIPE_WEBHOOK_SECRET=<the whsec_ it prints>)
+MSG
+
+.tmp/local &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null || true' INT TERM
+wait $pid || true
+wait $pid 2>/dev/null || true
