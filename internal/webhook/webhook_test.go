@@ -291,7 +291,9 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 	}).Header
 	tampered := bytes.Replace(valid, []byte(`"amount_paid": 1000`), []byte(`"amount_paid": 9000`), 1)
 	oversize := append(append([]byte(nil), valid[:len(valid)-1]...), []byte(`,"pad":"`+strings.Repeat("x", 70<<10)+`"}`)...)
-	signedOf := func(body []byte) events.LambdaFunctionURLRequest { return request("billing", body, sign(body, secretA)) }
+	signedOf := func(body []byte) events.LambdaFunctionURLRequest {
+		return request("billing", body, sign(body, secretA))
+	}
 
 	cases := []struct {
 		name   string
