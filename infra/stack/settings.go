@@ -1,0 +1,332 @@
+package stack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stripe-inbox/inbox/internal/config"
+)
+
+// Settings are the deployment's knobs. Every field comes from a CDK context
+// key (cdk.json "context", or -c key=value on the command line); the key is
+// named in the field's comment, with its default.
+type Settings struct {
+	// Stage names the deployment (stage; default dev). It is part of the
+	// stack name and the Stage metric dimension. "prod" turns on deletion
+	// protection, snapshot-on-delete, multi-AZ and longer retention.
+	Stage string
+	// DBInstanceType is the RDS instance class without the "db." prefix
+	// (dbInstanceType; default t4g.micro).
+	DBInstanceType string
+	// DBStorageGiB is the initial allocated storage (dbStorageGiB; default
+	// 20); storage autoscaling may grow it to 5x.
+	DBStorageGiB int
+	// MultiAZ runs a standby in the second AZ (multiAz; default true for
+	// prod, false otherwise).
+	MultiAZ bool
+	// AlarmEmail, when set, subscribes that address to the alarm topic
+	// (alarmEmail; default none).
+	AlarmEmail string
+	// RetentionDays is how long processed receipts are kept before the
+	// purge deletes them (retentionDays; default 30, at least 4 so a
+	// receipt outlives Stripe's 3-day retry window).
+	RetentionDays int
+	// LogRetentionDays is the functions' log retention (logRetentionDays;
+	// default 90 for prod, 30 otherwise; one of CloudWatch's values).
+	LogRetentionDays int
+	// WorkerSchedule and PurgeSchedule are EventBridge schedule expressions
+	// (workerSchedule; default rate(1 minute). purgeSchedule; default
+	// cron(15 3 * * ? *), daily at 03:15 UTC).
+	WorkerSchedule string
+	PurgeSchedule  string
+	// Endpoints are the Stripe webhook endpoints, each with its own signing
+	// secret and URL path (endpoints; default ["billing"]; a JSON array or
+	// a comma-separated string).
+	Endpoints []string
+	// NAT gives the functions a NAT gateway and internet egress (nat;
+	// default false). Nothing in the project needs it: the functions reach
+	// Secrets Manager through an interface endpoint and the database inside
+	// the VPC.
+	NAT bool
+	// BacklogAgeAlarm is the age of the oldest unprocessed receipt that
+	// raises the backlog alarm (backlogAgeAlarm; default 10m).
+	BacklogAgeAlarm time.Duration
+	// WebhookReservedConcurrency caps concurrent webhook invocations, which
+	// bounds the connections they open (webhookReservedConcurrency; default
+	// 20).
+	WebhookReservedConcurrency int
+	// DBConnectionsAlarm is the DatabaseConnections count that raises an
+	// alarm (dbConnectionsAlarm; default 80, about 80% of a t4g.micro's
+	// max_connections; raise it with the instance size).
+	DBConnectionsAlarm int
+	// MetricsNamespace is the CloudWatch namespace of the functions' EMF
+	// metrics (metricsNamespace; default StripeInbox).
+	MetricsNamespace string
+	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
+	// them (assetsDir; default ../build, relative to infra/).
+	AssetsDir string
+}
+
+// Prod reports whether this is the production stage.
+func (s Settings) Prod() bool { return s.Stage == "prod" }
+
+// StackName is the CloudFormation stack name for the stage.
+func (s Settings) StackName() string { return "StripeInbox-" + s.Stage }
+
+// Functions are the Lambda functions the stack deploys; each needs
+// AssetsDir/<name>/bootstrap.
+var Functions = []string{"webhook", "worker", "purge", "migrate"}
+
+var (
+	stageName    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+	instanceType = regexp.MustCompile(`^[a-z][a-z0-9-]*\.[a-z0-9]+$`)
+	namespace    = regexp.MustCompile(`^[A-Za-z0-9_./#:-]{1,255}$`)
+	email        = regexp.MustCompile(`^[^@\s,]+@[^@\s,]+\.[^@\s,]+$`)
+	schedule     = regexp.MustCompile(`^(rate|cron)\(.+\)$`)
+)
+
+// logRetentionValues are the retention periods CloudWatch Logs accepts.
+var logRetentionValues = []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+
+// SettingsFromContext reads the settings from CDK context (lookup is
+// app.Node().TryGetContext, or a map in tests), applying defaults and
+// reporting every invalid value at once.
+func SettingsFromContext(lookup func(key string) any) (Settings, error) {
+	r := reader{lookup: lookup}
+	s := Settings{}
+	s.Stage = r.str("stage", "dev")
+	if !stageName.MatchString(s.Stage) {
+		r.addf("stage=%q: must be lower-case letters, digits and -, starting with a letter, at most 20 (e.g. dev, staging, prod)", s.Stage)
+		s.Stage = "dev"
+	}
+	prod := s.Stage == "prod"
+	s.DBInstanceType = r.str("dbInstanceType", "t4g.micro")
+	if !instanceType.MatchString(s.DBInstanceType) || strings.HasPrefix(s.DBInstanceType, "db.") {
+		r.addf("dbInstanceType=%q: must be an instance class without the db. prefix, e.g. t4g.micro or m7g.large", s.DBInstanceType)
+	}
+	s.DBStorageGiB = r.integer("dbStorageGiB", 20, 20, 6000)
+	s.MultiAZ = r.boolean("multiAz", prod)
+	s.AlarmEmail = r.str("alarmEmail", "")
+	if s.AlarmEmail != "" && !email.MatchString(s.AlarmEmail) {
+		r.addf("alarmEmail=%q: must be one e-mail address", s.AlarmEmail)
+	}
+	s.RetentionDays = r.integer("retentionDays", 30, 4, 3650)
+	defaultLogs := 30
+	if prod {
+		defaultLogs = 90
+	}
+	s.LogRetentionDays = r.integer("logRetentionDays", defaultLogs, 1, 3653)
+	if !slices.Contains(logRetentionValues, s.LogRetentionDays) {
+		r.addf("logRetentionDays=%d: must be one of CloudWatch Logs' periods %v", s.LogRetentionDays, logRetentionValues)
+	}
+	s.WorkerSchedule = r.str("workerSchedule", "rate(1 minute)")
+	s.PurgeSchedule = r.str("purgeSchedule", "cron(15 3 * * ? *)")
+	for key, v := range map[string]string{"workerSchedule": s.WorkerSchedule, "purgeSchedule": s.PurgeSchedule} {
+		if !schedule.MatchString(v) {
+			r.addf("%s=%q: must be an EventBridge schedule expression, rate(...) or cron(...)", key, v)
+		}
+	}
+	s.Endpoints = r.list("endpoints", []string{"billing"})
+	r.endpoints(s.Endpoints)
+	s.NAT = r.boolean("nat", false)
+	s.BacklogAgeAlarm = r.duration("backlogAgeAlarm", 10*time.Minute, 2*time.Minute, 24*time.Hour)
+	s.WebhookReservedConcurrency = r.integer("webhookReservedConcurrency", 20, 1, 1000)
+	s.DBConnectionsAlarm = r.integer("dbConnectionsAlarm", 80, 1, 100000)
+	s.MetricsNamespace = r.str("metricsNamespace", "StripeInbox")
+	if !namespace.MatchString(s.MetricsNamespace) || strings.HasPrefix(s.MetricsNamespace, "AWS/") {
+		r.addf("metricsNamespace=%q: must be a custom CloudWatch namespace (letters, digits, . _ - / # :), not AWS/...", s.MetricsNamespace)
+	}
+	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
+	if len(r.problems) > 0 {
+		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))
+	}
+	return s, nil
+}
+
+// CheckAssets reports the function bundles that are missing from AssetsDir.
+func (s Settings) CheckAssets() error {
+	var missing []string
+	for _, name := range Functions {
+		p := filepath.Join(s.AssetsDir, name, "bootstrap")
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("function bundles missing: %s (run scripts/build.sh, or set -c assetsDir=...)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// OutputID turns an endpoint name into the part of a CloudFormation output's
+// logical ID: "connect-v2" becomes "ConnectV2".
+func OutputID(endpoint string) string {
+	var b strings.Builder
+	upper := true
+	for _, r := range endpoint {
+		switch {
+		case r == '-' || r == '_':
+			upper = true
+		case upper:
+			b.WriteString(strings.ToUpper(string(r)))
+			upper = false
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+type reader struct {
+	lookup   func(string) any
+	problems []string
+}
+
+func (r *reader) addf(format string, args ...any) {
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+// raw returns the value as text (context given with -c is always a string,
+// cdk.json may hold numbers and booleans) and whether it was set.
+func (r *reader) raw(key string) (any, bool) {
+	v := r.lookup(key)
+	if v == nil {
+		return nil, false
+	}
+	if s, ok := v.(string); ok && strings.TrimSpace(s) == "" {
+		return nil, false
+	}
+	return v, true
+}
+
+func (r *reader) str(key, def string) string {
+	v, ok := r.raw(key)
+	if !ok {
+		return def
+	}
+	s, isString := v.(string)
+	if !isString {
+		r.addf("%s=%v: must be a string", key, v)
+		return def
+	}
+	return strings.TrimSpace(s)
+}
+
+func (r *reader) integer(key string, def, minimum, maximum int) int {
+	v, ok := r.raw(key)
+	if !ok {
+		return def
+	}
+	var n int
+	var err error
+	switch t := v.(type) {
+	case float64:
+		n = int(t)
+		if float64(n) != t {
+			err = errors.New("not whole")
+		}
+	case string:
+		n, err = strconv.Atoi(strings.TrimSpace(t))
+	default:
+		err = errors.New("not a number")
+	}
+	if err != nil || n < minimum || n > maximum {
+		r.addf("%s=%v: must be a whole number from %d to %d (default %d)", key, v, minimum, maximum, def)
+		return def
+	}
+	return n
+}
+
+func (r *reader) boolean(key string, def bool) bool {
+	v, ok := r.raw(key)
+	if !ok {
+		return def
+	}
+	switch t := v.(type) {
+	case bool:
+		return t
+	case string:
+		if b, err := strconv.ParseBool(strings.TrimSpace(t)); err == nil {
+			return b
+		}
+	}
+	r.addf("%s=%v: must be true or false (default %t)", key, v, def)
+	return def
+}
+
+func (r *reader) duration(key string, def, minimum, maximum time.Duration) time.Duration {
+	v, ok := r.raw(key)
+	if !ok {
+		return def
+	}
+	s, _ := v.(string)
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < minimum || d > maximum || d%time.Second != 0 {
+		r.addf("%s=%v: must be a duration in whole seconds such as 10m, from %s to %s (default %s)", key, v, minimum, maximum, def)
+		return def
+	}
+	return d
+}
+
+// list accepts a JSON array (cdk.json), a JSON array in a string, or a
+// comma-separated string (-c endpoints=billing,connect).
+func (r *reader) list(key string, def []string) []string {
+	v, ok := r.raw(key)
+	if !ok {
+		return def
+	}
+	var out []string
+	switch t := v.(type) {
+	case []any:
+		for _, item := range t {
+			s, isString := item.(string)
+			if !isString {
+				r.addf("%s: %v is not a string", key, item)
+				return def
+			}
+			out = append(out, strings.TrimSpace(s))
+		}
+	case string:
+		t = strings.TrimSpace(t)
+		if strings.HasPrefix(t, "[") {
+			if err := json.Unmarshal([]byte(t), &out); err != nil {
+				r.addf("%s=%s: not a JSON array of strings", key, t)
+				return def
+			}
+		} else {
+			for _, item := range strings.Split(t, ",") {
+				out = append(out, strings.TrimSpace(item))
+			}
+		}
+	default:
+		r.addf("%s=%v: must be a list of names", key, v)
+		return def
+	}
+	return out
+}
+
+func (r *reader) endpoints(names []string) {
+	if len(names) == 0 {
+		r.addf("endpoints: at least one endpoint is needed (default billing)")
+	}
+	seen := map[string]string{}
+	for _, name := range names {
+		if !config.EndpointName.MatchString(name) {
+			r.addf("endpoints: %q must be lower-case letters, digits, - and _ (it is the URL path)", name)
+			continue
+		}
+		id := OutputID(name)
+		if prev, dup := seen[id]; dup {
+			r.addf("endpoints: %q and %q are the same name (or differ only in - and _)", prev, name)
+		}
+		seen[id] = name
+	}
+}

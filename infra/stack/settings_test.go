@@ -1,0 +1,139 @@
+package stack
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func lookup(m map[string]any) func(string) any { return func(k string) any { return m[k] } }
+
+func TestSettingsDefaults(t *testing.T) {
+	t.Parallel()
+
+	s, err := SettingsFromContext(lookup(nil))
+	require.NoError(t, err)
+	require.Equal(t, Settings{
+		Stage:                      "dev",
+		DBInstanceType:             "t4g.micro",
+		DBStorageGiB:               20,
+		MultiAZ:                    false,
+		RetentionDays:              30,
+		LogRetentionDays:           30,
+		WorkerSchedule:             "rate(1 minute)",
+		PurgeSchedule:              "cron(15 3 * * ? *)",
+		Endpoints:                  []string{"billing"},
+		BacklogAgeAlarm:            10 * time.Minute,
+		WebhookReservedConcurrency: 20,
+		DBConnectionsAlarm:         80,
+		MetricsNamespace:           "StripeInbox",
+		AssetsDir:                  filepath.Join("..", "build"),
+	}, s)
+	require.Equal(t, "StripeInbox-dev", s.StackName())
+
+	p, err := SettingsFromContext(lookup(map[string]any{"stage": "prod"}))
+	require.NoError(t, err)
+	require.True(t, p.Prod())
+	require.True(t, p.MultiAZ)
+	require.Equal(t, 90, p.LogRetentionDays)
+}
+
+func TestSettingsFromCommandLineAndCdkJSON(t *testing.T) {
+	t.Parallel()
+
+	// -c values arrive as strings.
+	s, err := SettingsFromContext(lookup(map[string]any{
+		"stage": "staging", "endpoints": "billing, connect", "nat": "true", "multiAz": "true",
+		"retentionDays": "45", "backlogAgeAlarm": "15m", "webhookReservedConcurrency": "50",
+		"alarmEmail": "ops@example.com", "dbInstanceType": "m7g.large",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"billing", "connect"}, s.Endpoints)
+	require.True(t, s.NAT)
+	require.True(t, s.MultiAZ)
+	require.Equal(t, 45, s.RetentionDays)
+	require.Equal(t, 15*time.Minute, s.BacklogAgeAlarm)
+	require.Equal(t, 50, s.WebhookReservedConcurrency)
+
+	// cdk.json holds typed JSON.
+	s, err = SettingsFromContext(lookup(map[string]any{
+		"endpoints": []any{"billing", "connect-v2"}, "nat": false, "retentionDays": 10.0,
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"billing", "connect-v2"}, s.Endpoints)
+	require.Equal(t, 10, s.RetentionDays)
+
+	s, err = SettingsFromContext(lookup(map[string]any{"endpoints": `["a","b"]`}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, s.Endpoints)
+}
+
+func TestSettingsRejectInvalidContext(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name    string
+		context map[string]any
+		want    string
+	}{
+		{"retention below Stripe's retry window", map[string]any{"retentionDays": "3"}, "retentionDays=3: must be a whole number from 4"},
+		{"stage with capitals", map[string]any{"stage": "Prod"}, `stage="Prod"`},
+		{"endpoint with a slash", map[string]any{"endpoints": "billing,con/nect"}, `"con/nect" must be lower-case`},
+		{"no endpoints", map[string]any{"endpoints": []any{}}, "at least one endpoint"},
+		{"endpoints that collide", map[string]any{"endpoints": "a-b,a_b"}, "are the same name"},
+		{"nat not a bool", map[string]any{"nat": "yes please"}, "nat=yes please: must be true or false"},
+		{"bad alarm e-mail", map[string]any{"alarmEmail": "ops"}, `alarmEmail="ops"`},
+		{"bad schedule", map[string]any{"workerSchedule": "every minute"}, "workerSchedule"},
+		{"backlog alarm too short", map[string]any{"backlogAgeAlarm": "30s"}, "backlogAgeAlarm=30s"},
+		{"instance type with db. prefix", map[string]any{"dbInstanceType": "db.t4g.micro"}, "without the db. prefix"},
+		{"log retention CloudWatch lacks", map[string]any{"logRetentionDays": "31"}, "logRetentionDays=31"},
+		{"AWS namespace", map[string]any{"metricsNamespace": "AWS/Lambda"}, "metricsNamespace"},
+		{"reserved concurrency zero", map[string]any{"webhookReservedConcurrency": 0.0}, "webhookReservedConcurrency=0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := SettingsFromContext(lookup(tc.context))
+			require.ErrorContains(t, err, "invalid CDK context")
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+
+	// All problems are reported at once.
+	_, err := SettingsFromContext(lookup(map[string]any{"retentionDays": "1", "nat": "maybe"}))
+	require.ErrorContains(t, err, "retentionDays")
+	require.ErrorContains(t, err, "nat")
+}
+
+func TestCheckAssets(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := Settings{AssetsDir: dir}
+	err := s.CheckAssets()
+	require.ErrorContains(t, err, "run scripts/build.sh")
+	require.ErrorContains(t, err, filepath.Join(dir, "webhook", "bootstrap"))
+
+	for _, name := range Functions {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, name), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name, "bootstrap"), []byte("x"), 0o755))
+	}
+	require.NoError(t, s.CheckAssets())
+}
+
+func TestProxyName(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "stripeinbox-dev-proxy", ProxyName("StripeInbox-dev"))
+	require.Equal(t, "inbox-9-proxy", ProxyName("9--"))
+	long := ProxyName("StripeInbox-a-very-long-stage-name-that-goes-on-and-on-and-on-forever")
+	require.LessOrEqual(t, len(long), 63)
+	require.NotContains(t, long, "--")
+}
+
+func TestOutputID(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "Billing", OutputID("billing"))
+	require.Equal(t, "ConnectV2", OutputID("connect-v2"))
+	require.Equal(t, "EuBilling", OutputID("eu_billing"))
+}

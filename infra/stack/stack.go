@@ -1,0 +1,460 @@
+// Package stack defines the CloudFormation stack of the Stripe webhook inbox:
+// a VPC, RDS PostgreSQL behind RDS Proxy (IAM auth, TLS), the webhook (a
+// Function URL), the worker and purge (EventBridge schedules), the migrate
+// function that a CDK trigger runs on every deploy before the others are
+// updated, and the alarms and dashboard operators use.
+package stack
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/triggers"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Database users. The owner is the RDS master user: it owns the schema and
+// only the migrate function connects as it. The app user is what the
+// webhook, worker and purge use; internal/approle creates it.
+const (
+	OwnerUser    = "inbox_owner"
+	AppUser      = "inbox_app"
+	DatabaseName = "inbox"
+	databasePort = 5432
+)
+
+// SigningSecretPlaceholder is the initial text of each endpoint's signing
+// secret. It is deliberately not a whsec_ value, so the webhook refuses to
+// start until an operator stores the real one. Never change it: a changed
+// value in the template overwrites the secret an operator has filled in.
+const SigningSecretPlaceholder = "PLACEHOLDER: store this endpoint's Stripe signing secret here with aws secretsmanager put-secret-value"
+
+// InboxStackProps configure NewInboxStack.
+type InboxStackProps struct {
+	awscdk.StackProps
+	Settings Settings
+}
+
+// NewInboxStack defines the stack. It fails when the settings are invalid or
+// a function bundle is missing from Settings.AssetsDir.
+func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps) (awscdk.Stack, error) {
+	s := props.Settings
+	if err := s.CheckAssets(); err != nil {
+		return nil, err
+	}
+	sp := props.StackProps
+	if sp.StackName == nil {
+		sp.StackName = jsii.String(s.StackName())
+	}
+	if sp.Description == nil {
+		sp.Description = jsii.String(fmt.Sprintf("Stripe webhook transactional inbox (%s)", s.Stage))
+	}
+	stack := awscdk.NewStack(scope, jsii.String(id), &sp)
+	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("stripe-inbox"), nil)
+	awscdk.Tags_Of(stack).Add(jsii.String("stage"), jsii.String(s.Stage), nil)
+
+	b := &builder{stack: stack, s: s, functions: map[string]awslambda.Function{}}
+	b.network()
+	b.database()
+	b.lambdas()
+	b.migrateOnDeploy()
+	b.schedules()
+	b.monitoring()
+	b.outputs()
+	b.suppressNagFindings()
+	return stack, nil
+}
+
+// builder carries what one part of the stack hands to the next.
+type builder struct {
+	stack awscdk.Stack
+	s     Settings
+
+	vpc          awsec2.Vpc
+	appSubnets   *awsec2.SubnetSelection
+	dataSubnets  *awsec2.SubnetSelection
+	endpoint     awsec2.InterfaceVpcEndpoint
+	endpointSG   awsec2.SecurityGroup
+	flowLogGroup awslogs.LogGroup
+
+	db          awsrds.DatabaseInstance
+	dbSG        awsec2.SecurityGroup
+	proxy       awsrds.DatabaseProxy
+	proxySG     awsec2.SecurityGroup
+	appSecret   awsrds.DatabaseSecret
+	signing     map[string]awssecretsmanager.Secret
+	functions   map[string]awslambda.Function
+	functionURL awslambda.FunctionUrl
+	trigger     triggers.Trigger
+	dashboard   string
+	topicArn    *string
+}
+
+func (b *builder) removal() awscdk.RemovalPolicy {
+	if b.s.Prod() {
+		return awscdk.RemovalPolicy_RETAIN
+	}
+	return awscdk.RemovalPolicy_DESTROY
+}
+
+// network is a VPC over two AZs. The database and proxy sit in isolated
+// subnets. The functions sit in isolated subnets too, reaching Secrets
+// Manager through an interface endpoint, unless nat=true gives them private
+// subnets behind one NAT gateway.
+func (b *builder) network() {
+	subnets := []*awsec2.SubnetConfiguration{
+		{Name: jsii.String("data"), SubnetType: awsec2.SubnetType_PRIVATE_ISOLATED, CidrMask: jsii.Number(24)},
+	}
+	b.dataSubnets = &awsec2.SubnetSelection{SubnetGroupName: jsii.String("data")}
+	b.appSubnets = b.dataSubnets
+	nat := 0.0
+	if b.s.NAT {
+		nat = 1
+		subnets = append(subnets,
+			&awsec2.SubnetConfiguration{Name: jsii.String("public"), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24)},
+			&awsec2.SubnetConfiguration{Name: jsii.String("app"), SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS, CidrMask: jsii.Number(22)},
+		)
+		b.appSubnets = &awsec2.SubnetSelection{SubnetGroupName: jsii.String("app")}
+	}
+	b.flowLogGroup = awslogs.NewLogGroup(b.stack, jsii.String("VpcFlowLogs"), &awslogs.LogGroupProps{
+		Retention:     retention(b.s.LogRetentionDays),
+		RemovalPolicy: b.removal(),
+	})
+	b.vpc = awsec2.NewVpc(b.stack, jsii.String("Vpc"), &awsec2.VpcProps{
+		IpAddresses:         awsec2.IpAddresses_Cidr(jsii.String("10.40.0.0/16")),
+		MaxAzs:              jsii.Number(2),
+		NatGateways:         jsii.Number(nat),
+		SubnetConfiguration: &subnets,
+		FlowLogs: &map[string]*awsec2.FlowLogOptions{
+			"Rejected": {
+				TrafficType: awsec2.FlowLogTrafficType_REJECT,
+				Destination: awsec2.FlowLogDestination_ToCloudWatchLogs(b.flowLogGroup, nil),
+			},
+		},
+	})
+	// The endpoint admits HTTPS only from the security groups granted in
+	// lambdas() (the functions that read secrets), not the whole VPC.
+	b.endpointSG = awsec2.NewSecurityGroup(b.stack, jsii.String("SecretsManagerEndpointSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              b.vpc,
+		Description:      jsii.String("Secrets Manager endpoint: HTTPS from the functions that read secrets"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	b.endpoint = b.vpc.AddInterfaceEndpoint(jsii.String("SecretsManagerEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
+		Service:           awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER(),
+		Subnets:           b.appSubnets,
+		PrivateDnsEnabled: jsii.Bool(true),
+		SecurityGroups:    &[]awsec2.ISecurityGroup{b.endpointSG},
+		Open:              jsii.Bool(false),
+	})
+}
+
+// database is RDS PostgreSQL (encrypted, private, TLS forced, backed up) and
+// an RDS Proxy in front of it that requires TLS and IAM authentication.
+func (b *builder) database() {
+	engine := awsrds.DatabaseInstanceEngine_Postgres(&awsrds.PostgresInstanceEngineProps{
+		Version: awsrds.PostgresEngineVersion_VER_18_3(),
+	})
+	params := awsrds.NewParameterGroup(b.stack, jsii.String("DatabaseParameters"), &awsrds.ParameterGroupProps{
+		Engine:      engine,
+		Description: jsii.String("Stripe inbox: TLS required"),
+		Parameters:  &map[string]*string{"rds.force_ssl": jsii.String("1")},
+	})
+	b.dbSG = awsec2.NewSecurityGroup(b.stack, jsii.String("DatabaseSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              b.vpc,
+		Description:      jsii.String("RDS PostgreSQL: reachable only from the proxy"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	dbRemoval := awscdk.RemovalPolicy_DESTROY
+	backupDays := 7.0
+	if b.s.Prod() {
+		dbRemoval = awscdk.RemovalPolicy_SNAPSHOT
+		backupDays = 14
+	}
+	b.db = awsrds.NewDatabaseInstance(b.stack, jsii.String("Database"), &awsrds.DatabaseInstanceProps{
+		Engine:                  engine,
+		InstanceType:            awsec2.NewInstanceType(jsii.String(b.s.DBInstanceType)),
+		Vpc:                     b.vpc,
+		VpcSubnets:              b.dataSubnets,
+		SecurityGroups:          &[]awsec2.ISecurityGroup{b.dbSG},
+		Credentials:             awsrds.Credentials_FromGeneratedSecret(jsii.String(OwnerUser), &awsrds.CredentialsBaseOptions{}),
+		DatabaseName:            jsii.String(DatabaseName),
+		Port:                    jsii.Number(databasePort),
+		ParameterGroup:          params,
+		StorageEncrypted:        jsii.Bool(true),
+		StorageType:             awsrds.StorageType_GP3,
+		AllocatedStorage:        jsii.Number(float64(b.s.DBStorageGiB)),
+		MaxAllocatedStorage:     jsii.Number(float64(5 * b.s.DBStorageGiB)),
+		PubliclyAccessible:      jsii.Bool(false),
+		MultiAz:                 jsii.Bool(b.s.MultiAZ),
+		DeletionProtection:      jsii.Bool(b.s.Prod()),
+		RemovalPolicy:           dbRemoval,
+		BackupRetention:         awscdk.Duration_Days(jsii.Number(backupDays)),
+		CopyTagsToSnapshot:      jsii.Bool(true),
+		AutoMinorVersionUpgrade: jsii.Bool(true),
+	})
+
+	// The proxy logs in to PostgreSQL with these secrets; clients log in to
+	// the proxy with IAM tokens for the same user names.
+	b.appSecret = awsrds.NewDatabaseSecret(b.stack, jsii.String("AppUserSecret"), &awsrds.DatabaseSecretProps{
+		Username: jsii.String(AppUser),
+	})
+	b.proxySG = awsec2.NewSecurityGroup(b.stack, jsii.String("ProxySecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:         b.vpc,
+		Description: jsii.String("RDS Proxy: reachable only from the functions"),
+	})
+	b.proxy = awsrds.NewDatabaseProxy(b.stack, jsii.String("Proxy"), &awsrds.DatabaseProxyProps{
+		ProxyTarget:           awsrds.ProxyTarget_FromInstance(b.db),
+		Vpc:                   b.vpc,
+		VpcSubnets:            b.dataSubnets,
+		SecurityGroups:        &[]awsec2.ISecurityGroup{b.proxySG},
+		Secrets:               &[]awssecretsmanager.ISecret{b.db.Secret(), b.appSecret},
+		IamAuth:               jsii.Bool(true),
+		RequireTLS:            jsii.Bool(true),
+		DbProxyName:           jsii.String(ProxyName(b.s.StackName())),
+		MaxConnectionsPercent: jsii.Number(90),
+		BorrowTimeout:         awscdk.Duration_Seconds(jsii.Number(30)),
+	})
+
+	b.signing = map[string]awssecretsmanager.Secret{}
+	for _, ep := range b.s.Endpoints {
+		b.signing[ep] = awssecretsmanager.NewSecret(b.stack, jsii.String("SigningSecret"+OutputID(ep)), &awssecretsmanager.SecretProps{
+			Description:       jsii.String(fmt.Sprintf("Stripe signing secret (whsec_...) of endpoint %q; two separated by a comma while rolling", ep)),
+			SecretStringValue: awscdk.SecretValue_UnsafePlainText(jsii.String(SigningSecretPlaceholder)),
+			RemovalPolicy:     b.removal(),
+		})
+	}
+}
+
+var proxyNameInvalid = regexp.MustCompile(`[^a-z0-9]+`)
+
+// ProxyName derives the RDS Proxy name (unique per account and region) from
+// the stack name: letters, digits and single hyphens, at most 63 characters.
+func ProxyName(stackName string) string {
+	base := strings.Trim(proxyNameInvalid.ReplaceAllString(strings.ToLower(stackName), "-"), "-")
+	if len(base) > 57 {
+		base = strings.TrimRight(base[:57], "-")
+	}
+	if base == "" || base[0] < 'a' || base[0] > 'z' {
+		base = "inbox-" + base
+	}
+	return base + "-proxy"
+}
+
+type function struct {
+	name        string
+	description string
+	dbUser      string
+	timeout     awscdk.Duration
+	env         map[string]string
+	reserved    *float64
+}
+
+// lambdas defines the four functions: Go binaries for provided.al2023 on
+// arm64, in the VPC, logging JSON to a log group with retention.
+func (b *builder) lambdas() {
+	arns := make([]string, 0, len(b.s.Endpoints))
+	for _, ep := range b.s.Endpoints {
+		arns = append(arns, ep+"="+*b.signing[ep].SecretArn())
+	}
+	fns := []function{
+		{
+			name:        "webhook",
+			description: "Verifies Stripe deliveries and commits them to the inbox",
+			dbUser:      AppUser,
+			timeout:     awscdk.Duration_Seconds(jsii.Number(10)),
+			reserved:    jsii.Number(float64(b.s.WebhookReservedConcurrency)),
+			env: map[string]string{
+				"SIGNING_SECRET_ARNS": strings.Join(arns, ","),
+				"DB_MAX_CONNS":        "2",
+			},
+		},
+		{
+			name:        "worker",
+			description: "Drains the inbox: applies each receipt's business effect once",
+			dbUser:      AppUser,
+			timeout:     awscdk.Duration_Minutes(jsii.Number(2)),
+			env: map[string]string{
+				"WORKER_CONCURRENCY": "4",
+				"MAX_ATTEMPTS":       "10",
+				"LEASE":              "2m",
+				"STATEMENT_TIMEOUT":  "30s",
+				"DEADLINE_MARGIN":    "15s",
+				"DB_MAX_CONNS":       "5",
+			},
+		},
+		{
+			name:        "purge",
+			description: "Deletes processed receipts and published outbox rows past retention",
+			dbUser:      AppUser,
+			timeout:     awscdk.Duration_Minutes(jsii.Number(10)),
+			env: map[string]string{
+				"RETENTION_DAYS":           fmt.Sprint(b.s.RetentionDays),
+				"PURGE_BATCH_SIZE":         "1000",
+				"SCRUB_PAYLOAD_AFTER_DAYS": "0",
+			},
+		},
+		{
+			name:        "migrate",
+			description: "Deploy step: applies migrations and keeps the app role in shape",
+			dbUser:      OwnerUser,
+			timeout:     awscdk.Duration_Minutes(jsii.Number(10)),
+			env: map[string]string{
+				"APP_DB_USER":       AppUser,
+				"APP_DB_SECRET_ARN": *b.appSecret.SecretArn(),
+			},
+		},
+	}
+	for _, f := range fns {
+		b.functions[f.name] = b.newFunction(f)
+	}
+	for _, s := range b.signing {
+		s.GrantRead(b.functions["webhook"], nil)
+	}
+	b.appSecret.GrantRead(b.functions["migrate"], nil)
+	for _, name := range []string{"webhook", "migrate"} {
+		b.endpointSG.Connections().AllowFrom(b.functions[name], awsec2.Port_Tcp(jsii.Number(443)),
+			jsii.String(name+" function to Secrets Manager"))
+	}
+	b.functionURL = b.functions["webhook"].AddFunctionUrl(&awslambda.FunctionUrlOptions{
+		// Stripe cannot sign requests with SigV4; the Stripe-Signature
+		// header, verified by the handler, is the authentication.
+		AuthType: awslambda.FunctionUrlAuthType_NONE,
+	})
+}
+
+func (b *builder) newFunction(f function) awslambda.Function {
+	id := OutputID(f.name)
+	env := map[string]*string{
+		"DB_PROXY_HOST":      b.proxy.Endpoint(),
+		"DB_PROXY_PORT":      jsii.String(fmt.Sprint(databasePort)),
+		"DB_NAME":            jsii.String(DatabaseName),
+		"DB_USER":            jsii.String(f.dbUser),
+		"METRICS_NAMESPACE":  jsii.String(b.s.MetricsNamespace),
+		"METRICS_DIMENSIONS": jsii.String("Stage=" + b.s.Stage),
+	}
+	keys := make([]string, 0, len(f.env))
+	for k := range f.env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env[k] = jsii.String(f.env[k])
+	}
+	sg := awsec2.NewSecurityGroup(b.stack, jsii.String(id+"SecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:         b.vpc,
+		Description: jsii.String(fmt.Sprintf("%s function: egress to RDS Proxy and Secrets Manager", f.name)),
+	})
+	logs := awslogs.NewLogGroup(b.stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
+		Retention:     retention(b.s.LogRetentionDays),
+		RemovalPolicy: b.removal(),
+	})
+	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
+		Description:                  jsii.String(f.description),
+		Runtime:                      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture:                 awslambda.Architecture_ARM_64(),
+		Handler:                      jsii.String("bootstrap"),
+		Code:                         awslambda.Code_FromAsset(jsii.String(filepath.Join(b.s.AssetsDir, f.name)), nil),
+		MemorySize:                   jsii.Number(256),
+		Timeout:                      f.timeout,
+		ReservedConcurrentExecutions: f.reserved,
+		Environment:                  &env,
+		Vpc:                          b.vpc,
+		VpcSubnets:                   b.appSubnets,
+		SecurityGroups:               &[]awsec2.ISecurityGroup{sg},
+		LogGroup:                     logs,
+		LoggingFormat:                awslambda.LoggingFormat_JSON,
+	})
+	b.proxy.Connections().AllowFrom(fn, awsec2.Port_Tcp(jsii.Number(databasePort)), jsii.String(f.name+" function to RDS Proxy"))
+	b.proxy.GrantConnect(fn, jsii.String(f.dbUser))
+	return fn
+}
+
+// migrateOnDeploy runs the migrate function on every deploy in which it
+// changed (its code embeds the migrations, so a new migration changes it),
+// after the database, proxy and Secrets Manager endpoint exist and before
+// the webhook, worker and purge functions are created or updated. A failure
+// fails the deploy, and CloudFormation rolls back.
+func (b *builder) migrateOnDeploy() {
+	b.trigger = triggers.NewTrigger(b.stack, jsii.String("MigrateOnDeploy"), &triggers.TriggerProps{
+		Handler:                b.functions["migrate"],
+		InvocationType:         triggers.InvocationType_REQUEST_RESPONSE,
+		Timeout:                awscdk.Duration_Minutes(jsii.Number(10)),
+		ExecuteOnHandlerChange: jsii.Bool(true),
+		ExecuteAfter:           &[]constructs.Construct{b.db, b.proxy, b.proxySG, b.endpoint, b.endpointSG},
+		ExecuteBefore: &[]constructs.Construct{
+			b.functions["webhook"], b.functions["worker"], b.functions["purge"],
+		},
+	})
+}
+
+// schedules run the worker every minute (concurrent runs are safe: claims
+// use FOR UPDATE SKIP LOCKED) and the purge daily.
+func (b *builder) schedules() {
+	awsevents.NewRule(b.stack, jsii.String("WorkerSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Drains the inbox"),
+		Schedule:    awsevents.Schedule_Expression(jsii.String(b.s.WorkerSchedule)),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(b.functions["worker"], &awseventstargets.LambdaFunctionProps{
+			// The next tick comes in a minute; a retry would only overlap it.
+			RetryAttempts: jsii.Number(0),
+			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
+		})},
+	})
+	awsevents.NewRule(b.stack, jsii.String("PurgeSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Deletes receipts past retention"),
+		Schedule:    awsevents.Schedule_Expression(jsii.String(b.s.PurgeSchedule)),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(b.functions["purge"], &awseventstargets.LambdaFunctionProps{
+			RetryAttempts: jsii.Number(2),
+		})},
+	})
+}
+
+func (b *builder) outputs() {
+	for _, ep := range b.s.Endpoints {
+		id := OutputID(ep)
+		// The Function URL ends with '/'; the endpoint name is the path.
+		awscdk.NewCfnOutput(b.stack, jsii.String("WebhookUrl"+id), &awscdk.CfnOutputProps{
+			Description: jsii.String(fmt.Sprintf("Register this URL for endpoint %q in the Stripe dashboard", ep)),
+			Value:       awscdk.Fn_Join(jsii.String(""), &[]*string{b.functionURL.Url(), jsii.String(ep)}),
+		})
+		awscdk.NewCfnOutput(b.stack, jsii.String("SigningSecretArn"+id), &awscdk.CfnOutputProps{
+			Description: jsii.String(fmt.Sprintf("Put endpoint %q's whsec_ signing secret into this secret", ep)),
+			Value:       b.signing[ep].SecretArn(),
+		})
+		awscdk.NewCfnOutput(b.stack, jsii.String("SigningSecretName"+id), &awscdk.CfnOutputProps{
+			Description: jsii.String(fmt.Sprintf("Name of endpoint %q's signing secret", ep)),
+			Value:       b.signing[ep].SecretName(),
+		})
+	}
+	awscdk.NewCfnOutput(b.stack, jsii.String("DashboardName"), &awscdk.CfnOutputProps{Value: jsii.String(b.dashboard)})
+	awscdk.NewCfnOutput(b.stack, jsii.String("AlarmTopicArn"), &awscdk.CfnOutputProps{Value: b.topicArn})
+	awscdk.NewCfnOutput(b.stack, jsii.String("MigrateFunctionName"), &awscdk.CfnOutputProps{
+		Description: jsii.String("Invoke to re-run migrations and the app-role step by hand"),
+		Value:       b.functions["migrate"].FunctionName(),
+	})
+	awscdk.NewCfnOutput(b.stack, jsii.String("ProxyEndpoint"), &awscdk.CfnOutputProps{Value: b.proxy.Endpoint()})
+}
+
+var retentions = map[int]awslogs.RetentionDays{
+	1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+	7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+	60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 120: awslogs.RetentionDays_FOUR_MONTHS,
+	150: awslogs.RetentionDays_FIVE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS, 365: awslogs.RetentionDays_ONE_YEAR,
+	400: awslogs.RetentionDays_THIRTEEN_MONTHS, 545: awslogs.RetentionDays_EIGHTEEN_MONTHS, 731: awslogs.RetentionDays_TWO_YEARS,
+	1096: awslogs.RetentionDays_THREE_YEARS, 1827: awslogs.RetentionDays_FIVE_YEARS, 2192: awslogs.RetentionDays_SIX_YEARS,
+	2557: awslogs.RetentionDays_SEVEN_YEARS, 2922: awslogs.RetentionDays_EIGHT_YEARS, 3288: awslogs.RetentionDays_NINE_YEARS,
+	3653: awslogs.RetentionDays_TEN_YEARS,
+}
+
+func retention(days int) awslogs.RetentionDays { return retentions[days] }

@@ -1,0 +1,504 @@
+package stack
+
+import (
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/secrets"
+)
+
+// The assertions below read the synthesized templates as plain JSON (see
+// main_test.go), so a failure is an ordinary test failure with a message,
+// not a panic from the jsii process.
+
+type resource = map[string]any
+
+func (s *synthesized) resources(typ string) map[string]resource {
+	out := map[string]resource{}
+	for id, r := range s.template["Resources"].(map[string]any) {
+		if r := r.(map[string]any); r["Type"] == typ {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+// one returns the only resource of typ whose logical ID starts with prefix.
+func (s *synthesized) one(t *testing.T, typ, prefix string) (string, resource) {
+	t.Helper()
+	var ids []string
+	for id := range s.resources(typ) {
+		if strings.HasPrefix(id, prefix) {
+			ids = append(ids, id)
+		}
+	}
+	require.Len(t, ids, 1, "want exactly one %s named %s*, got %v", typ, prefix, ids)
+	return ids[0], s.resources(typ)[ids[0]]
+}
+
+func props(r resource) map[string]any { return r["Properties"].(map[string]any) }
+
+// appFunctions are the project's four functions (the template also holds
+// CDK's own custom-resource providers), keyed by name.
+func (s *synthesized) appFunctions(t *testing.T) map[string]resource {
+	t.Helper()
+	out := map[string]resource{}
+	for _, name := range Functions {
+		_, r := s.one(t, "AWS::Lambda::Function", OutputID(name)+"Function")
+		out[name] = r
+	}
+	return out
+}
+
+func environment(r resource) map[string]any {
+	env, _ := props(r)["Environment"].(map[string]any)
+	vars, _ := env["Variables"].(map[string]any)
+	return vars
+}
+
+func dependsOn(r resource) []string {
+	var out []string
+	switch d := r["DependsOn"].(type) {
+	case string:
+		out = append(out, d)
+	case []any:
+		for _, x := range d {
+			out = append(out, x.(string))
+		}
+	}
+	return out
+}
+
+func asJSON(t *testing.T, v any) string {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(raw)
+}
+
+func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod} {
+		_, proxy := s.one(t, "AWS::RDS::DBProxy", "Proxy")
+		p := props(proxy)
+		require.Equal(t, true, p["RequireTLS"])
+		require.Equal(t, "POSTGRESQL", p["EngineFamily"])
+		require.Equal(t, ProxyName(s.settings.StackName()), p["DBProxyName"])
+		auth := p["Auth"].([]any)
+		require.Len(t, auth, 2, "the owner's and the app user's secrets")
+		for _, a := range auth {
+			require.Equal(t, "REQUIRED", a.(map[string]any)["IAMAuth"])
+			require.Equal(t, "SECRETS", a.(map[string]any)["AuthScheme"])
+		}
+		appSecret, _ := s.one(t, "AWS::SecretsManager::Secret", "AppUserSecret")
+		require.Contains(t, asJSON(t, auth), `{"Ref":"`+appSecret+`"}`)
+	}
+	require.NotEqual(t, props(first(dev.resources("AWS::RDS::DBProxy")))["DBProxyName"],
+		props(first(prod.resources("AWS::RDS::DBProxy")))["DBProxyName"], "proxy names are per stack")
+}
+
+func first(m map[string]resource) resource {
+	for _, r := range m {
+		return r
+	}
+	return nil
+}
+
+func TestDatabaseIsPrivateEncryptedAndForcesTLS(t *testing.T) {
+	t.Parallel()
+	_, db := dev.one(t, "AWS::RDS::DBInstance", "Database")
+	p := props(db)
+	require.Equal(t, false, p["PubliclyAccessible"])
+	require.Equal(t, true, p["StorageEncrypted"])
+	require.Equal(t, "postgres", p["Engine"])
+	require.True(t, p["EngineVersion"].(string) >= "17", "PostgreSQL 17 or newer, got %v", p["EngineVersion"])
+	require.Equal(t, OwnerUser, p["MasterUsername"])
+	require.Equal(t, DatabaseName, p["DBName"])
+	require.GreaterOrEqual(t, p["BackupRetentionPeriod"], 7.0)
+	require.Contains(t, asJSON(t, p["MasterUserPassword"]), "{{resolve:secretsmanager:")
+
+	paramsID, params := dev.one(t, "AWS::RDS::DBParameterGroup", "DatabaseParameters")
+	require.Equal(t, map[string]any{"Ref": paramsID}, p["DBParameterGroupName"])
+	require.Equal(t, "1", props(params)["Parameters"].(map[string]any)["rds.force_ssl"])
+
+	// The DB subnets (and the proxy's) are isolated: no route out.
+	_, group := dev.one(t, "AWS::RDS::DBSubnetGroup", "DatabaseSubnetGroup")
+	subnets := dev.resources("AWS::EC2::Subnet")
+	for _, ref := range props(group)["SubnetIds"].([]any) {
+		subnet := subnets[ref.(map[string]any)["Ref"].(string)]
+		require.Contains(t, asJSON(t, props(subnet)["Tags"]), `{"Key":"aws-cdk:subnet-type","Value":"Isolated"}`)
+	}
+}
+
+func TestFunctionsRunArm64AL2023InTheVPC(t *testing.T) {
+	t.Parallel()
+	logGroups := dev.resources("AWS::Logs::LogGroup")
+	for name, fn := range dev.appFunctions(t) {
+		p := props(fn)
+		require.Equal(t, []any{"arm64"}, p["Architectures"], name)
+		require.Equal(t, "provided.al2023", p["Runtime"], name)
+		require.Equal(t, "bootstrap", p["Handler"], name)
+		vpc, ok := p["VpcConfig"].(map[string]any)
+		require.True(t, ok, "%s has no VpcConfig", name)
+		require.Len(t, vpc["SubnetIds"], 2, name)
+		require.NotEmpty(t, vpc["SecurityGroupIds"], name)
+		logging := p["LoggingConfig"].(map[string]any)
+		require.Equal(t, "JSON", logging["LogFormat"], name)
+		group := logGroups[logging["LogGroup"].(map[string]any)["Ref"].(string)]
+		require.Equal(t, 30.0, props(group)["RetentionInDays"], name)
+	}
+	require.Equal(t, 20.0, props(dev.appFunctions(t)["webhook"])["ReservedConcurrentExecutions"])
+	require.Equal(t, 10.0, props(dev.appFunctions(t)["webhook"])["Timeout"])
+	require.Equal(t, 120.0, props(dev.appFunctions(t)["worker"])["Timeout"])
+}
+
+func TestEnvironmentContract(t *testing.T) {
+	t.Parallel()
+	fns := dev.appFunctions(t)
+	proxyID, _ := dev.one(t, "AWS::RDS::DBProxy", "Proxy")
+	for name, fn := range fns {
+		env := environment(fn)
+		require.Equal(t, map[string]any{"Fn::GetAtt": []any{proxyID, "Endpoint"}}, env["DB_PROXY_HOST"], name)
+		require.Equal(t, "5432", env["DB_PROXY_PORT"], name)
+		require.Equal(t, DatabaseName, env["DB_NAME"], name)
+		require.Equal(t, "StripeInbox", env["METRICS_NAMESPACE"], name)
+		require.Equal(t, "Stage=dev", env["METRICS_DIMENSIONS"], name)
+		require.NotContains(t, env, "AWS_REGION", "%s: AWS_REGION is reserved; Lambda sets it", name)
+		require.NotContains(t, env, "DATABASE_URL", name)
+		wantUser := AppUser
+		if name == "migrate" {
+			wantUser = OwnerUser
+		}
+		require.Equal(t, wantUser, env["DB_USER"], name)
+	}
+
+	webhook := environment(fns["webhook"])
+	billing, _ := dev.one(t, "AWS::SecretsManager::Secret", "SigningSecretBilling")
+	connect, _ := dev.one(t, "AWS::SecretsManager::Secret", "SigningSecretConnect")
+	require.Equal(t, map[string]any{"Fn::Join": []any{"", []any{
+		"billing=", map[string]any{"Ref": billing}, ",connect=", map[string]any{"Ref": connect},
+	}}}, webhook["SIGNING_SECRET_ARNS"])
+	require.Equal(t, "2", webhook["DB_MAX_CONNS"])
+
+	require.Equal(t, map[string]any{
+		"WORKER_CONCURRENCY": "4", "MAX_ATTEMPTS": "10", "LEASE": "2m", "STATEMENT_TIMEOUT": "30s",
+		"DEADLINE_MARGIN": "15s", "DB_MAX_CONNS": "5",
+	}, pick(environment(fns["worker"]), "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "LEASE", "STATEMENT_TIMEOUT", "DEADLINE_MARGIN", "DB_MAX_CONNS"))
+	require.Equal(t, map[string]any{"RETENTION_DAYS": "30", "PURGE_BATCH_SIZE": "1000", "SCRUB_PAYLOAD_AFTER_DAYS": "0"},
+		pick(environment(fns["purge"]), "RETENTION_DAYS", "PURGE_BATCH_SIZE", "SCRUB_PAYLOAD_AFTER_DAYS"))
+
+	appSecret, _ := dev.one(t, "AWS::SecretsManager::Secret", "AppUserSecret")
+	migrate := environment(fns["migrate"])
+	require.Equal(t, AppUser, migrate["APP_DB_USER"])
+	require.Equal(t, map[string]any{"Ref": appSecret}, migrate["APP_DB_SECRET_ARN"])
+}
+
+func pick(m map[string]any, keys ...string) map[string]any {
+	out := map[string]any{}
+	for _, k := range keys {
+		out[k] = m[k]
+	}
+	return out
+}
+
+func TestNoSecretValueInEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod, natDev} {
+		for id, fn := range s.resources("AWS::Lambda::Function") {
+			env := strings.ToLower(asJSON(t, environment(fn)))
+			for _, bad := range []string{"whsec_", "password", "{{resolve:", "secretstring"} {
+				require.NotContains(t, env, bad, "%s: environment carries a secret value", id)
+			}
+		}
+	}
+	// The placeholder the stack stores must be refused by the webhook, so
+	// it cannot start until an operator puts the real secret in.
+	_, err := secrets.Parse(SigningSecretPlaceholder)
+	require.Error(t, err)
+	for _, secret := range dev.resources("AWS::SecretsManager::Secret") {
+		if v, ok := props(secret)["SecretString"].(string); ok {
+			require.Equal(t, SigningSecretPlaceholder, v)
+		}
+	}
+}
+
+// statements returns every IAM statement in the template (policies and
+// inline role policies) with the logical ID that holds it.
+func (s *synthesized) statements() map[string][]map[string]any {
+	out := map[string][]map[string]any{}
+	add := func(id string, doc any) {
+		for _, st := range doc.(map[string]any)["Statement"].([]any) {
+			out[id] = append(out[id], st.(map[string]any))
+		}
+	}
+	for id, p := range s.resources("AWS::IAM::Policy") {
+		add(id, props(p)["PolicyDocument"])
+	}
+	for id, r := range s.resources("AWS::IAM::Role") {
+		for _, p := range asSlice(props(r)["Policies"]) {
+			add(id, p.(map[string]any)["PolicyDocument"])
+		}
+	}
+	return out
+}
+
+func asSlice(v any) []any {
+	switch x := v.(type) {
+	case []any:
+		return x
+	case nil:
+		return nil
+	default:
+		return []any{x}
+	}
+}
+
+func TestIAMGrantsAreScoped(t *testing.T) {
+	t.Parallel()
+	connectUsers := map[string][]string{}
+	for id, sts := range dev.statements() {
+		for _, st := range sts {
+			actions := asSlice(st["Action"])
+			secretRead := slices.Contains(actions, any("secretsmanager:GetSecretValue"))
+			dbConnect := slices.Contains(actions, any("rds-db:connect"))
+			if !secretRead && !dbConnect {
+				continue
+			}
+			for _, res := range asSlice(st["Resource"]) {
+				if str, ok := res.(string); ok {
+					require.NotContains(t, str, "*", "%s: %v granted on %q", id, actions, str)
+				}
+			}
+			if dbConnect {
+				resJSON := asJSON(t, st["Resource"])
+				for _, user := range []string{OwnerUser, AppUser} {
+					if strings.Contains(resJSON, `/`+user+`"`) {
+						connectUsers[user] = append(connectUsers[user], id)
+					}
+				}
+				require.NotContains(t, resJSON, `/*`, id)
+			}
+		}
+	}
+	sort.Strings(connectUsers[AppUser])
+	require.Len(t, connectUsers[OwnerUser], 1, "only the migrate function connects as the owner")
+	require.True(t, strings.HasPrefix(connectUsers[OwnerUser][0], "MigrateFunction"), connectUsers[OwnerUser])
+	require.Len(t, connectUsers[AppUser], 3)
+	for _, id := range connectUsers[AppUser] {
+		require.False(t, strings.HasPrefix(id, "MigrateFunction"), id)
+	}
+}
+
+func TestOnlyTheWebhookHasAPublicURL(t *testing.T) {
+	t.Parallel()
+	webhookID, _ := dev.one(t, "AWS::Lambda::Function", "WebhookFunction")
+	urls := dev.resources("AWS::Lambda::Url")
+	require.Len(t, urls, 1)
+	url := props(first(urls))
+	require.Equal(t, "NONE", url["AuthType"])
+	require.Equal(t, map[string]any{"Fn::GetAtt": []any{webhookID, "Arn"}}, url["TargetFunctionArn"])
+	for id, perm := range dev.resources("AWS::Lambda::Permission") {
+		if props(perm)["Principal"] == "*" {
+			require.Equal(t, map[string]any{"Fn::GetAtt": []any{webhookID, "Arn"}}, props(perm)["FunctionName"], id)
+		}
+	}
+}
+
+func TestSchedules(t *testing.T) {
+	t.Parallel()
+	workerID, _ := dev.one(t, "AWS::Lambda::Function", "WorkerFunction")
+	purgeID, _ := dev.one(t, "AWS::Lambda::Function", "PurgeFunction")
+	targets := map[string]string{}
+	for _, rule := range dev.resources("AWS::Events::Rule") {
+		p := props(rule)
+		for _, target := range p["Targets"].([]any) {
+			arn := target.(map[string]any)["Arn"].(map[string]any)["Fn::GetAtt"].([]any)[0].(string)
+			targets[arn] = p["ScheduleExpression"].(string)
+		}
+	}
+	require.Equal(t, map[string]string{workerID: "rate(1 minute)", purgeID: "cron(15 3 * * ? *)"}, targets)
+}
+
+func TestAlarms(t *testing.T) {
+	t.Parallel()
+	byMetric := map[string][]map[string]any{}
+	for _, alarm := range dev.resources("AWS::CloudWatch::Alarm") {
+		p := props(alarm)
+		require.NotEmpty(t, p["AlarmActions"], p["AlarmName"])
+		for _, m := range asSlice(p["Metrics"]) {
+			stat := m.(map[string]any)["MetricStat"].(map[string]any)
+			name := stat["Metric"].(map[string]any)["MetricName"].(string)
+			byMetric[name] = append(byMetric[name], p)
+		}
+		if name, ok := p["MetricName"].(string); ok {
+			byMetric[name] = append(byMetric[name], p)
+		}
+	}
+	for metric, count := range map[string]int{
+		"OldestUnprocessedAgeSeconds": 1, "NeedsReviewCount": 1, "AnomalyCount": 1, "StoreFailed": 1,
+		"Url5xxCount": 1, "Errors": 4, "Throttles": 2, "FreeStorageSpace": 1, "DatabaseConnections": 1,
+	} {
+		require.Len(t, byMetric[metric], count, metric)
+	}
+
+	backlog := byMetric["OldestUnprocessedAgeSeconds"][0]
+	require.Equal(t, "breaching", backlog["TreatMissingData"])
+	require.Equal(t, 600.0, backlog["Threshold"])
+	require.Equal(t, "GreaterThanThreshold", backlog["ComparisonOperator"])
+	stat := backlog["Metrics"].([]any)[0].(map[string]any)["MetricStat"].(map[string]any)
+	require.Equal(t, "Maximum", stat["Stat"])
+	require.Equal(t, 300.0, stat["Period"])
+	require.Equal(t, "StripeInbox", stat["Metric"].(map[string]any)["Namespace"])
+	require.ElementsMatch(t, []any{
+		map[string]any{"Name": "Service", "Value": "worker"},
+		map[string]any{"Name": "Stage", "Value": "dev"},
+	}, stat["Metric"].(map[string]any)["Dimensions"])
+
+	store := asJSON(t, byMetric["StoreFailed"][0])
+	require.Contains(t, store, `{"Name":"Service","Value":"webhook"}`)
+	require.Equal(t, "LessThanThreshold", byMetric["FreeStorageSpace"][0]["ComparisonOperator"])
+
+	// The e-mail subscription exists only when alarmEmail is set.
+	require.Len(t, dev.resources("AWS::SNS::Subscription"), 1)
+	require.Empty(t, prod.resources("AWS::SNS::Subscription"))
+}
+
+func TestDashboard(t *testing.T) {
+	t.Parallel()
+	_, dash := dev.one(t, "AWS::CloudWatch::Dashboard", "Dashboard")
+	require.Equal(t, "StripeInbox-dev", props(dash)["DashboardName"])
+	body := asJSON(t, props(dash)["DashboardBody"])
+	for _, want := range []string{
+		`SEARCH('{\\\"StripeInbox\\\",Reason,Service,Stage} MetricName=\\\"Rejected\\\" Service=\\\"webhook\\\" Stage=\\\"dev\\\"', 'Sum', 300)`,
+		"Received", "Duplicate", "BacklogCount", "OldestUnprocessedAgeSeconds", "Processed", "Failed", "Ignored",
+		"NeedsReviewCount", "AnomalyCount", "PurgedReceipts", "Duration", "Errors", "DatabaseConnections",
+	} {
+		require.Contains(t, body, want)
+	}
+}
+
+func TestMigrationsRunBeforeTheFunctions(t *testing.T) {
+	t.Parallel()
+	triggerID, trigger := dev.one(t, "Custom::Trigger", "MigrateOnDeploy")
+	after := dependsOn(trigger)
+	for _, prefix := range []string{"Database", "Proxy", "ProxyProxyTargetGroup", "VpcSecretsManagerEndpoint", "ProxySecurityGroupfrom"} {
+		require.True(t, slices.ContainsFunc(after, func(id string) bool { return strings.HasPrefix(id, prefix) }),
+			"the trigger must run after %s*: %v", prefix, after)
+	}
+	dbID, _ := dev.one(t, "AWS::RDS::DBInstance", "Database")
+	proxyID, _ := dev.one(t, "AWS::RDS::DBProxy", "Proxy")
+	require.Contains(t, after, dbID)
+	require.Contains(t, after, proxyID)
+
+	// It invokes the migrate function's current version, so it re-runs
+	// whenever that function (which embeds the migrations) changes.
+	p := props(trigger)
+	require.Equal(t, true, p["ExecuteOnHandlerChange"])
+	require.Equal(t, "RequestResponse", p["InvocationType"])
+	versionID := p["HandlerArn"].(map[string]any)["Ref"].(string)
+	migrateID, _ := dev.one(t, "AWS::Lambda::Function", "MigrateFunction")
+	version := dev.resources("AWS::Lambda::Version")[versionID]
+	require.Equal(t, map[string]any{"Ref": migrateID}, props(version)["FunctionName"])
+
+	for _, name := range []string{"Webhook", "Worker", "Purge"} {
+		_, fn := dev.one(t, "AWS::Lambda::Function", name+"Function")
+		require.Contains(t, dependsOn(fn), triggerID, "%s must wait for the migrations", name)
+	}
+	_, migrate := dev.one(t, "AWS::Lambda::Function", "MigrateFunction")
+	require.NotContains(t, dependsOn(migrate), triggerID)
+}
+
+func TestOutputs(t *testing.T) {
+	t.Parallel()
+	outputs := dev.template["Outputs"].(map[string]any)
+	urlID, _ := dev.one(t, "AWS::Lambda::Url", "WebhookFunctionFunctionUrl")
+	for _, ep := range []string{"billing", "connect"} {
+		id := OutputID(ep)
+		url := outputs["WebhookUrl"+id].(map[string]any)["Value"]
+		require.Equal(t, map[string]any{"Fn::Join": []any{"", []any{
+			map[string]any{"Fn::GetAtt": []any{urlID, "FunctionUrl"}}, ep,
+		}}}, url)
+		secretID, _ := dev.one(t, "AWS::SecretsManager::Secret", "SigningSecret"+id)
+		require.Equal(t, map[string]any{"Ref": secretID}, outputs["SigningSecretArn"+id].(map[string]any)["Value"])
+		require.Contains(t, outputs, "SigningSecretName"+id)
+	}
+	require.Equal(t, "StripeInbox-dev", outputs["DashboardName"].(map[string]any)["Value"])
+	topicID, _ := dev.one(t, "AWS::SNS::Topic", "AlarmTopic")
+	require.Equal(t, map[string]any{"Ref": topicID}, outputs["AlarmTopicArn"].(map[string]any)["Value"])
+	require.Contains(t, outputs, "MigrateFunctionName")
+}
+
+func TestProdIsProtected(t *testing.T) {
+	t.Parallel()
+	_, devDB := dev.one(t, "AWS::RDS::DBInstance", "Database")
+	_, prodDB := prod.one(t, "AWS::RDS::DBInstance", "Database")
+
+	require.Equal(t, false, props(devDB)["DeletionProtection"])
+	require.Equal(t, false, props(devDB)["MultiAZ"])
+	require.Equal(t, "Delete", devDB["DeletionPolicy"])
+
+	require.Equal(t, true, props(prodDB)["DeletionProtection"])
+	require.Equal(t, true, props(prodDB)["MultiAZ"])
+	require.Equal(t, "Snapshot", prodDB["DeletionPolicy"])
+	require.Equal(t, "Snapshot", prodDB["UpdateReplacePolicy"])
+	require.Equal(t, 14.0, props(prodDB)["BackupRetentionPeriod"])
+	for id, group := range prod.resources("AWS::Logs::LogGroup") {
+		require.Equal(t, "Retain", group["DeletionPolicy"], id)
+	}
+	require.Equal(t, "Stage=prod", environment(prod.appFunctions(t)["worker"])["METRICS_DIMENSIONS"])
+	// prod has the default single endpoint.
+	arns := asJSON(t, environment(prod.appFunctions(t)["webhook"])["SIGNING_SECRET_ARNS"])
+	require.Contains(t, arns, `"billing="`)
+	require.NotContains(t, arns, "connect")
+}
+
+func TestNATIsOffByDefault(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, dev.resources("AWS::EC2::NatGateway"))
+	require.Empty(t, dev.resources("AWS::EC2::InternetGateway"))
+	require.Len(t, dev.resources("AWS::EC2::VPCEndpoint"), 1)
+
+	require.Len(t, natDev.resources("AWS::EC2::NatGateway"), 1)
+	subnets := natDev.resources("AWS::EC2::Subnet")
+	for name, fn := range natDev.appFunctions(t) {
+		for _, ref := range props(fn)["VpcConfig"].(map[string]any)["SubnetIds"].([]any) {
+			tags := asJSON(t, props(subnets[ref.(map[string]any)["Ref"].(string)])["Tags"])
+			require.Contains(t, tags, `{"Key":"aws-cdk:subnet-type","Value":"Private"}`, name)
+		}
+	}
+	_, db := natDev.one(t, "AWS::RDS::DBSubnetGroup", "DatabaseSubnetGroup")
+	for _, ref := range props(db)["SubnetIds"].([]any) {
+		tags := asJSON(t, props(subnets[ref.(map[string]any)["Ref"].(string)])["Tags"])
+		require.Contains(t, tags, `{"Key":"aws-cdk:subnet-type","Value":"Isolated"}`)
+	}
+}
+
+// TestNagSuppressionsCarryReasons checks every accepted cdk-nag finding
+// names a rule and says why in a sentence, and none is stack-wide.
+func TestNagSuppressionsCarryReasons(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod} {
+		require.NotContains(t, asJSON(t, s.template["Metadata"]), "cdk_nag", "no stack-wide suppressions")
+		seen := map[string]bool{}
+		for id, r := range s.template["Resources"].(map[string]any) {
+			meta, _ := r.(map[string]any)["Metadata"].(map[string]any)
+			nag, _ := meta["cdk_nag"].(map[string]any)
+			for _, rule := range asSlice(nag["rules_to_suppress"]) {
+				rule := rule.(map[string]any)
+				ruleID, reason := rule["id"].(string), rule["reason"].(string)
+				require.True(t, strings.HasPrefix(ruleID, "AwsSolutions-"), "%s: %s", id, ruleID)
+				require.GreaterOrEqual(t, len(reason), 60, "%s: %s needs a specific reason, got %q", id, ruleID, reason)
+				seen[ruleID] = true
+			}
+		}
+		if s.settings.Prod() {
+			require.NotContains(t, seen, "AwsSolutions-RDS3", "Multi-AZ must not be waived in prod")
+			require.NotContains(t, seen, "AwsSolutions-RDS10", "deletion protection must not be waived in prod")
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package approle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/rds/auth"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/migrate"
+)
+
+// Connect opens one dedicated connection as c.User: from c.URL (local runs),
+// or to RDS Proxy with an IAM auth token and TLS verified against the system
+// roots. creds is needed only for the proxy.
+func Connect(ctx context.Context, c database.Config, creds aws.CredentialsProvider) (*pgx.Conn, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	dsn := c.URL
+	if c.ProxyHost != "" {
+		dsn = fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=verify-full", c.ProxyHost, c.ProxyPort, c.Name, c.User)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database config: %w", err)
+	}
+	if c.AppName != "" {
+		cfg.RuntimeParams["application_name"] = c.AppName
+	}
+	if c.ProxyHost != "" {
+		if creds == nil {
+			return nil, errors.New("RDS Proxy IAM auth needs AWS credentials")
+		}
+		endpoint := net.JoinHostPort(c.ProxyHost, strconv.Itoa(c.ProxyPort))
+		token, err := auth.BuildAuthToken(ctx, endpoint, c.Region, c.User, creds)
+		if err != nil {
+			return nil, fmt.Errorf("building RDS IAM auth token: %w", err)
+		}
+		cfg.Password = token
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting as %s: %w", c.User, err)
+	}
+	return conn, nil
+}
+
+// Summary is what the migrate function returns (and logs).
+type Summary struct {
+	Applied []string `json:"applied"`
+	Current string   `json:"current"`
+	AppRole Result   `json:"app_role"`
+}
+
+// Deployer is the deploy-time database step: apply the migrations, then keep
+// the application role in shape. Any failure is returned, so the CDK trigger
+// that invokes it (and with it the deploy) fails before new code serves.
+type Deployer struct {
+	// Connect opens a dedicated connection as the owner.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// AppPassword returns the application role's password.
+	AppPassword func(ctx context.Context) (string, error)
+	AppUser     string
+	// ConnectWait bounds the retries of the first connection.
+	ConnectWait time.Duration
+	// RetryEvery is the pause between connection attempts (default 5s).
+	RetryEvery time.Duration
+	Logger     *slog.Logger
+}
+
+// Run performs the step once.
+func (d *Deployer) Run(ctx context.Context) (Summary, error) {
+	var sum Summary
+	password, err := d.AppPassword(ctx)
+	if err != nil {
+		return sum, fmt.Errorf("reading the application role's password: %w", err)
+	}
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return sum, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	res, err := migrate.Up(ctx, conn)
+	if err != nil {
+		return sum, fmt.Errorf("migrating: %w", err)
+	}
+	sum.Applied, sum.Current = res.Applied, res.Current
+	if sum.Applied == nil {
+		sum.Applied = []string{}
+	}
+	d.Logger.Info("migrations applied", "applied", sum.Applied, "current", sum.Current)
+
+	role, err := Ensure(ctx, conn, d.AppUser, password)
+	sum.AppRole = role
+	if err != nil {
+		return sum, fmt.Errorf("ensuring the application role: %w", err)
+	}
+	d.Logger.Info("application role ensured", "role", role.Role, "created", role.Created, "revoked_rds_iam", role.RevokedRDSIAM)
+	return sum, nil
+}
+
+// connect retries until the connection succeeds, ConnectWait has passed or
+// ctx ends. On a stack's first deploy the proxy answers before its target
+// is registered, and refuses connections until it is.
+func (d *Deployer) connect(ctx context.Context) (*pgx.Conn, error) {
+	every := d.RetryEvery
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	deadline := time.Now().Add(d.ConnectWait)
+	for attempt := 1; ; attempt++ {
+		conn, err := d.Connect(ctx)
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil || time.Now().Add(every).After(deadline) {
+			return nil, fmt.Errorf("connecting to the database (%d attempts): %w", attempt, err)
+		}
+		d.Logger.Warn("database not reachable yet; retrying", "attempt", attempt, "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connecting to the database (%d attempts): %w", attempt, err)
+		case <-time.After(every):
+		}
+	}
+}

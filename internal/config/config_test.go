@@ -1,0 +1,124 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/config"
+)
+
+func env(kv ...string) config.Env {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return config.MapEnv(m)
+}
+
+const localDB = "postgres://postgres@127.0.0.1:5432/x?sslmode=disable"
+
+func TestWebhookLocal(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a,whsec_b", "WEBHOOK_ENDPOINT", "connect"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"connect": "whsec_a,whsec_b"}, c.Endpoints)
+	require.False(t, c.FromSecretsManager)
+	require.Equal(t, 5*time.Minute, c.SecretTTL)
+	require.Equal(t, 1<<20, c.Handler.MaxBodyBytes)
+	require.EqualValues(t, 2, c.Database.MaxConns)
+	require.Equal(t, "webhook", c.MetricsDimensions["Service"])
+}
+
+func TestWebhookAWS(t *testing.T) {
+	t.Parallel()
+	arnB := "arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing-AbCdEf"
+	arnC := "arn:aws:secretsmanager:eu-west-1:123456789012:secret:connect-AbCdEf"
+	c, err := config.LoadWebhook(env(
+		"SIGNING_SECRET_ARNS", "billing="+arnB+", connect="+arnC,
+		"DB_PROXY_HOST", "proxy.example", "DB_NAME", "inbox", "DB_USER", "inbox_app", "AWS_REGION", "eu-west-1",
+		"METRICS_DIMENSIONS", "Stage=prod",
+	))
+	require.NoError(t, err)
+	require.True(t, c.FromSecretsManager)
+	require.Equal(t, map[string]string{"billing": arnB, "connect": arnC}, c.Endpoints)
+	require.Equal(t, 5432, c.Database.ProxyPort)
+	require.Equal(t, map[string]string{"Service": "webhook", "Stage": "prod"}, c.MetricsDimensions)
+}
+
+func TestWebhookErrorsSayWhatToFix(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		env  config.Env
+		want []string
+	}{
+		"nothing set": {env(), []string{"no signing secret: set STRIPE_WEBHOOK_SECRET", "set DATABASE_URL (local) or DB_PROXY_HOST"}},
+		"both secret sources": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SIGNING_SECRET_ARNS", "billing=arn:aws:secretsmanager:x"),
+			[]string{"not both"}},
+		"secret not whsec":  {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "sk_test_123"), []string{"must start with whsec_"}},
+		"bad endpoint name": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WEBHOOK_ENDPOINT", "Bill ing"), []string{"WEBHOOK_ENDPOINT"}},
+		"arn list malformed": {env("DATABASE_URL", localDB, "SIGNING_SECRET_ARNS", "billing"),
+			[]string{"must be endpoint=arn"}},
+		"arn not secrets manager": {env("DATABASE_URL", localDB, "SIGNING_SECRET_ARNS", "billing=arn:aws:s3:::bucket"),
+			[]string{"is not a Secrets Manager ARN"}},
+		"endpoint twice": {env("DATABASE_URL", localDB, "SIGNING_SECRET_ARNS", "b=arn:aws:secretsmanager:x,b=arn:aws:secretsmanager:y"),
+			[]string{"listed twice"}},
+		"proxy without user": {env("DB_PROXY_HOST", "p", "STRIPE_WEBHOOK_SECRET", "whsec_a"), []string{"DB_PROXY_HOST needs DB_NAME, DB_USER and AWS_REGION"}},
+		"url and proxy":      {env("DATABASE_URL", localDB, "DB_PROXY_HOST", "p", "STRIPE_WEBHOOK_SECRET", "whsec_a"), []string{"not both"}},
+		"bad url":            {env("DATABASE_URL", "postgres://%zz", "STRIPE_WEBHOOK_SECRET", "whsec_a"), []string{"DATABASE_URL cannot be parsed"}},
+		"bad numbers": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "MAX_BODY_BYTES", "10", "SECRET_TTL", "forever", "DB_MAX_CONNS", "0"),
+			[]string{"MAX_BODY_BYTES=\"10\"", "SECRET_TTL=\"forever\"", "DB_MAX_CONNS=\"0\""}},
+		"bad dimensions": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_DIMENSIONS", "Stage"), []string{"METRICS_DIMENSIONS"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.LoadWebhook(tc.env)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+func TestWorker(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWorker(env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "8"))
+	require.NoError(t, err)
+	require.Equal(t, 8, c.Worker.Concurrency)
+	require.EqualValues(t, 9, c.Database.MaxConns, "one connection per drainer plus one")
+	require.Equal(t, 10, c.Worker.MaxAttempts)
+}
+
+func TestWorkerErrorsSayWhatToFix(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		env  config.Env
+		want string
+	}{
+		"lease shorter than statement timeout": {env("DATABASE_URL", localDB, "LEASE", "10s", "STATEMENT_TIMEOUT", "30s"), "LEASE=10s must be longer than STATEMENT_TIMEOUT=30s"},
+		"lease shorter than a claim's work":    {env("DATABASE_URL", localDB, "LEASE", "1m", "STATEMENT_TIMEOUT", "30s", "CLAIM_LIMIT", "4"), "CLAIM_LIMIT x STATEMENT_TIMEOUT"},
+		"margin too short":                     {env("DATABASE_URL", localDB, "DEADLINE_MARGIN", "5s"), "DEADLINE_MARGIN=5s must be longer than STATEMENT_TIMEOUT=30s"},
+		"too few connections":                  {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "4", "DB_MAX_CONNS", "2"), "WORKER_CONCURRENCY+1 = 5"},
+		"bad concurrency":                      {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "0"), "WORKER_CONCURRENCY=\"0\""},
+		"backoff":                              {env("DATABASE_URL", localDB, "BACKOFF_BASE", "10m", "BACKOFF_CAP", "1m"), "need 0 < base <= cap"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.LoadWorker(tc.env)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestLocal(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8080", c.ListenAddr)
+	_, err = config.LoadLocal(env("STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.ErrorContains(t, err, "DATABASE_URL is required locally")
+}
