@@ -1,7 +1,9 @@
-// Command local runs the whole system on one machine: it applies the
-// migrations, serves the webhook over plain HTTP exactly as the Function URL
-// would present it, and runs the worker on a short interval in place of the
-// EventBridge schedule. scripts/dev.sh starts it with a database.
+// Command local runs the system on one machine: it applies the migrations,
+// serves the webhook over plain HTTP exactly as the Function URL would
+// present it, and runs the worker on a short interval in place of the
+// EventBridge schedule. LOCAL_COMPONENTS picks the parts (default all), so
+// the fault-injection suite can run webhooks and workers as separate
+// processes. scripts/dev.sh starts it with a database.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,51 +42,81 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
-	if err := applyMigrations(ctx, cfg.Webhook.Database.URL, logger); err != nil {
+	if err := applyMigrations(ctx, os.Getenv("DATABASE_URL"), logger); err != nil {
 		return err
 	}
-	hook, err := bootstrap.NewWebhook(ctx, cfg.Webhook, logger, io.Discard) // EMF is for CloudWatch; the log says enough locally
-	if err != nil {
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	if cfg.Runs("webhook") {
+		hook, err := bootstrap.NewWebhook(ctx, cfg.Webhook, logger, io.Discard) // EMF is for CloudWatch; the log says enough locally
+		if err != nil {
+			return err
+		}
+		defer hook.Pool.Close()
+		ln, err := net.Listen("tcp", cfg.ListenAddr)
+		if err != nil {
+			return fmt.Errorf("listening on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
+		}
+		srv := &http.Server{Handler: webhook.HTTPHandler(hook.Handler), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			go func() {
+				<-ctx.Done()
+				shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(shutdown)
+			}()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				errs <- err
+			}
+		}()
+		for _, ep := range hook.Keyring.Endpoints() {
+			fmt.Printf("listening on http://%s/%s (endpoint %q)\n", ln.Addr(), ep, ep)
+		}
+	}
+	if cfg.Runs("worker") {
+		w, pool, err := bootstrap.NewWorker(ctx, cfg.Worker, logger, io.Discard)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			every(ctx, cfg.WorkerInterval, func() {
+				runCtx, cancel := context.WithTimeout(ctx, cfg.WorkerTimeout)
+				defer cancel()
+				s, err := w.Run(runCtx)
+				if err != nil && ctx.Err() == nil {
+					logger.Error("worker run failed", "error", err)
+				} else if s.Processed+s.Ignored+s.Failed > 0 {
+					logger.Info("worker run", "summary", s)
+				}
+			})
+		}()
+		fmt.Printf("worker running every %s\n", cfg.WorkerInterval)
+	}
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-errs:
 		return err
 	}
-	defer hook.Pool.Close()
-	w, workerPool, err := bootstrap.NewWorker(ctx, cfg.Worker, logger, io.Discard)
-	if err != nil {
-		return err
-	}
-	defer workerPool.Close()
+	wg.Wait()
+	return nil
+}
 
-	ln, err := net.Listen("tcp", cfg.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("listening on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
-	}
-	srv := &http.Server{Handler: webhook.HTTPHandler(hook.Handler), ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	for _, ep := range hook.Keyring.Endpoints() {
-		fmt.Printf("listening on http://%s/%s (endpoint %q)\n", ln.Addr(), ep, ep)
-	}
-
-	ticker := time.NewTicker(cfg.WorkerInterval)
-	defer ticker.Stop()
+// every calls fn now and then every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
 	for {
+		fn()
 		select {
 		case <-ctx.Done():
-			shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			logger.Info("shutting down")
-			return srv.Shutdown(shutdown)
-		case err := <-serveErr:
-			return err
-		case <-ticker.C:
-			runCtx, cancel := context.WithTimeout(ctx, cfg.WorkerTimeout)
-			s, err := w.Run(runCtx)
-			cancel()
-			if err != nil && !errors.Is(err, context.Canceled) {
-				logger.Error("worker run failed", "error", err)
-			} else if s.Processed+s.Ignored+s.Failed > 0 {
-				logger.Info("worker run", "summary", s)
-			}
+			return
+		case <-t.C:
 		}
 	}
 }

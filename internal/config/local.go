@@ -1,13 +1,16 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
 
-// Local is the local runner's configuration: the webhook's, plus where to
-// listen and how often to emulate the schedules.
+// Local is the local runner's configuration: which parts to run, the
+// webhook's and the worker's settings, where to listen, and how often to
+// emulate the schedules.
 type Local struct {
+	Components     []string // of "webhook", "worker"
 	Webhook        Webhook
 	Worker         Worker
 	ListenAddr     string
@@ -15,30 +18,53 @@ type Local struct {
 	WorkerTimeout  time.Duration
 }
 
-// LoadLocal reads LISTEN_ADDR (default 127.0.0.1:8080), WORKER_INTERVAL
-// (default 2s: the local stand-in for the one-minute schedule) and
-// WORKER_TIMEOUT (default 60s: the stand-in for the Lambda timeout), plus the
-// webhook's and the worker's variables. DATABASE_URL is required.
+// Runs reports whether component c is enabled.
+func (l Local) Runs(c string) bool { return slices.Contains(l.Components, c) }
+
+// LocalComponents are what LOCAL_COMPONENTS may list.
+var LocalComponents = []string{"webhook", "worker"}
+
+// LoadLocal reads LOCAL_COMPONENTS (default all: webhook,worker),
+// LISTEN_ADDR (default 127.0.0.1:8080), WORKER_INTERVAL (default 2s: the
+// local stand-in for the one-minute schedule) and WORKER_TIMEOUT (default
+// 60s: the stand-in for the Lambda timeout), plus the variables of each
+// component it runs. DATABASE_URL is required.
 func LoadLocal(env Env) (Local, error) {
 	var p problems
 	l := Local{ListenAddr: strings.TrimSpace(env("LISTEN_ADDR"))}
 	if l.ListenAddr == "" {
 		l.ListenAddr = "127.0.0.1:8080"
 	}
+	l.Components = slices.Clone(LocalComponents)
+	if raw := strings.TrimSpace(env("LOCAL_COMPONENTS")); raw != "" {
+		l.Components = nil
+		for _, c := range strings.Split(raw, ",") {
+			c = strings.TrimSpace(c)
+			if !slices.Contains(LocalComponents, c) {
+				p.addf("LOCAL_COMPONENTS=%q: %q is not one of %s", raw, c, strings.Join(LocalComponents, ", "))
+				continue
+			}
+			l.Components = append(l.Components, c)
+		}
+	}
 	if env("DATABASE_URL") == "" {
 		p.addf("DATABASE_URL is required locally (scripts/dev.sh sets it)")
 	}
-	l.WorkerInterval = p.duration(env, "WORKER_INTERVAL", 2*time.Second, 100*time.Millisecond, time.Hour)
-	l.WorkerTimeout = p.duration(env, "WORKER_TIMEOUT", time.Minute, 5*time.Second, 15*time.Minute)
+	l.WorkerInterval = p.duration(env, "WORKER_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour)
+	l.WorkerTimeout = p.duration(env, "WORKER_TIMEOUT", time.Minute, 2*time.Second, 15*time.Minute)
 	var err error
-	if l.Webhook, err = LoadWebhook(env); err != nil {
-		p.addf("%v", err)
+	if l.Runs("webhook") {
+		if l.Webhook, err = LoadWebhook(env); err != nil {
+			p.addf("%v", err)
+		}
 	}
-	if l.Worker, err = LoadWorker(env); err != nil {
-		p.addf("%v", err)
-	}
-	if l.Worker.Worker.DeadlineMargin >= l.WorkerTimeout {
-		p.addf("WORKER_TIMEOUT=%s must be longer than DEADLINE_MARGIN=%s", l.WorkerTimeout, l.Worker.Worker.DeadlineMargin)
+	if l.Runs("worker") {
+		if l.Worker, err = LoadWorker(env); err != nil {
+			p.addf("%v", err)
+		}
+		if l.Worker.Worker.DeadlineMargin >= l.WorkerTimeout {
+			p.addf("WORKER_TIMEOUT=%s must be longer than DEADLINE_MARGIN=%s", l.WorkerTimeout, l.Worker.Worker.DeadlineMargin)
+		}
 	}
 	return l, p.err()
 }
