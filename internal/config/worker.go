@@ -13,7 +13,7 @@ type Worker struct {
 }
 
 // LoadWorker reads WORKER_CONCURRENCY, MAX_ATTEMPTS, LEASE, STATEMENT_TIMEOUT,
-// DEADLINE_MARGIN, CLAIM_LIMIT, BACKOFF_BASE and BACKOFF_CAP, and the
+// DEADLINE_MARGIN, CLAIM_LIMIT, BATCH_SIZE, BACKOFF_BASE and BACKOFF_CAP, and the
 // database settings. The pool gets one connection per drainer plus one.
 func LoadWorker(env Env) (Worker, error) {
 	var p problems
@@ -21,6 +21,7 @@ func LoadWorker(env Env) (Worker, error) {
 	wc.Concurrency = p.integer(env, "WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, 64)
 	wc.MaxAttempts = p.integer(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts, 1, 1000)
 	wc.ClaimLimit = p.integer(env, "CLAIM_LIMIT", worker.DefaultClaimLimit, 1, 1000)
+	wc.BatchSize = p.integer(env, "BATCH_SIZE", min(worker.DefaultBatchSize, wc.ClaimLimit), 1, 1000)
 	wc.Lease = p.duration(env, "LEASE", worker.DefaultLease, time.Second, time.Hour)
 	wc.StatementTimeout = p.duration(env, "STATEMENT_TIMEOUT", worker.DefaultStatementTimeout, 10*time.Millisecond, 15*time.Minute)
 	wc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", worker.DefaultDeadlineMargin, time.Second, 15*time.Minute)

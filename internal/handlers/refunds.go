@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // refund is the part of a Stripe Refund the handlers read.
@@ -65,7 +67,10 @@ func chargeRefunded(ctx context.Context, tx DB, ev Event) (Result, error) {
 	if subject == "" {
 		subject = ch.ID
 	}
-	for _, r := range ch.Refunds.Data {
+	// In id order, so that two events listing the same refunds lock them in
+	// the same order.
+	refunds := slices.SortedFunc(slices.Values(ch.Refunds.Data), func(a, b refund) int { return strings.Compare(a.ID, b.ID) })
+	for _, r := range refunds {
 		if r.ID == "" {
 			return Result{}, fmt.Errorf("%w: a refund without id in charge %s", ErrBadPayload, ch.ID)
 		}

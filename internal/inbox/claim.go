@@ -13,7 +13,8 @@ import (
 type Claimed struct {
 	Key
 	EventType string
-	Attempts  int // including this one
+	ObjectID  string // data.object.id: the business key batches are ordered by
+	Attempts  int    // including this one
 }
 
 // ClaimParams bound a claim.
@@ -34,7 +35,7 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]Claimed, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
-		err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts)
+		err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.ObjectID, &c.Attempts)
 		return c, err
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ UPDATE webhook_inbox AS w
        available_at = coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond'
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
-RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts`
+RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts`
 
 // lockReceipt: $1 provider, $2 endpoint, $3 event_id. Waits for (not skips)
 // a row lock, and returns nothing when the row is already processed.

@@ -24,6 +24,10 @@ type Config struct {
 	DeadlineMargin time.Duration
 	// ClaimLimit is how many receipts one claim takes.
 	ClaimLimit int
+	// BatchSize is how many claimed receipts share one processing
+	// transaction, each under its own savepoint. 1 is the seed design: one
+	// transaction (and one WAL flush) per receipt.
+	BatchSize int
 	// BackoffBase and BackoffCap shape the retry delay after a failure:
 	// min(cap, base * 2^(attempts-1)), jittered to 50-100%.
 	BackoffBase time.Duration
@@ -35,9 +39,10 @@ const (
 	DefaultConcurrency      = 4
 	DefaultMaxAttempts      = 10
 	DefaultLease            = 2 * time.Minute
-	DefaultStatementTimeout = 30 * time.Second
-	DefaultDeadlineMargin   = 40 * time.Second
-	DefaultClaimLimit       = 4
+	DefaultStatementTimeout = 10 * time.Second
+	DefaultDeadlineMargin   = 30 * time.Second
+	DefaultClaimLimit       = 10
+	DefaultBatchSize        = 10
 	DefaultBackoffBase      = 2 * time.Second
 	DefaultBackoffCap       = 5 * time.Minute
 )
@@ -57,6 +62,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ClaimLimit == 0 {
 		c.ClaimLimit = DefaultClaimLimit
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = min(DefaultBatchSize, c.ClaimLimit)
 	}
 	def(&c.Lease, DefaultLease)
 	def(&c.StatementTimeout, DefaultStatementTimeout)
@@ -79,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.ClaimLimit < 1 || c.ClaimLimit > 1000 {
 		add("CLAIM_LIMIT=%d: must be from 1 to 1000", c.ClaimLimit)
+	}
+	if c.BatchSize < 1 || c.BatchSize > c.ClaimLimit {
+		add("BATCH_SIZE=%d: must be from 1 to CLAIM_LIMIT=%d", c.BatchSize, c.ClaimLimit)
 	}
 	if c.StatementTimeout < 10*time.Millisecond {
 		add("STATEMENT_TIMEOUT=%s: must be at least 10ms", c.StatementTimeout)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,11 @@ import (
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
-const crashChildEnv = "INBOX_WORKER_CRASH_CHILD_DB"
+const (
+	crashChildEnv       = "INBOX_WORKER_CRASH_CHILD_DB"
+	crashChildBatchEnv  = "INBOX_WORKER_CRASH_CHILD_BATCH"   // batch size (default 1)
+	crashChildHangOnEnv = "INBOX_WORKER_CRASH_CHILD_HANG_ON" // event id to hang on (default: the first)
+)
 
 func TestMain(m *testing.M) {
 	if url := os.Getenv(crashChildEnv); url != "" {
@@ -41,12 +46,18 @@ func crashChild(url string) {
 	}
 	reg := handlers.Default()
 	real := reg["invoice.paid"]
+	hangOn := os.Getenv(crashChildHangOnEnv)
 	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
-		_, err := real(ctx, tx, ev)
+		res, err := real(ctx, tx, ev)
+		if hangOn != "" && ev.ID != hangOn {
+			return res, err
+		}
 		fmt.Println("APPLIED", ev.ID, err)
 		select {} // the middle of processing: effect applied, nothing committed
 	}
-	cfg := worker.Config{Concurrency: 1, Lease: time.Minute, StatementTimeout: 30 * time.Second, DeadlineMargin: 40 * time.Second}.WithDefaults()
+	batch, _ := strconv.Atoi(os.Getenv(crashChildBatchEnv))
+	cfg := worker.Config{Concurrency: 1, Lease: time.Minute, StatementTimeout: 30 * time.Second, DeadlineMargin: 40 * time.Second,
+		ClaimLimit: max(batch, 1), BatchSize: max(batch, 1)}.WithDefaults()
 	w := worker.New(pool, reg, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	_, _ = w.Run(ctx)
 	fmt.Println("UNEXPECTED: run returned")

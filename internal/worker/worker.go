@@ -186,7 +186,7 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 		if len(claimed) == 0 {
 			return s, nil
 		}
-		for i, c := range claimed {
+		for i := 0; i < len(claimed); {
 			if expired() || ctx.Err() != nil {
 				rest := make([]inbox.Key, 0, len(claimed)-i)
 				for _, r := range claimed[i:] {
@@ -199,8 +199,18 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 				}
 				return s, nil
 			}
-			o, anomaly := w.Process(ctx, conn.Conn(), c)
-			s.add(o, anomaly)
+			if w.cfg.BatchSize <= 1 {
+				o, anomaly := w.Process(ctx, conn.Conn(), claimed[i])
+				s.add(o, anomaly)
+				i++
+				continue
+			}
+			batch := claimed[i:min(i+w.cfg.BatchSize, len(claimed))]
+			outcomes, anomalies := w.ProcessBatch(ctx, conn.Conn(), batch)
+			for j := range outcomes {
+				s.add(outcomes[j], anomalies[j])
+			}
+			i += len(batch)
 		}
 	}
 	return s, nil
@@ -212,22 +222,17 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 	start := time.Now()
 	log := w.logger.With("endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType, "attempt", c.Attempts)
 
-	var res handlers.Result
-	outcome := AlreadyDone
+	var (
+		outcome Outcome
+		anomaly bool
+	)
 	err := inTx(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprintf("%dms", w.cfg.StatementTimeout.Milliseconds())); err != nil {
 			return fmt.Errorf("setting statement_timeout: %w", err)
 		}
-		locked, found, err := inbox.Lock(ctx, tx, c.Key)
-		if err != nil || !found {
-			return err
-		}
-		res, err = w.handlers.Apply(ctx, tx, handlers.Event{ID: c.EventID, Type: locked.EventType, Endpoint: c.Endpoint, Payload: locked.Payload})
-		if err != nil {
-			return err
-		}
-		outcome = Outcome(res.Outcome)
-		return inbox.MarkProcessed(ctx, tx, c.Key, string(res.Outcome), w.Now())
+		var err error
+		outcome, anomaly, err = w.apply(ctx, tx, c)
+		return err
 	})
 	if err != nil {
 		// inTx has rolled back the business work.
@@ -248,8 +253,8 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 			"needs_review", c.Attempts >= w.cfg.MaxAttempts, "duration_ms", time.Since(start).Milliseconds())
 		return Failed, false
 	}
-	log.InfoContext(ctx, "receipt", "outcome", outcome, "anomaly", res.Anomaly, "duration_ms", time.Since(start).Milliseconds())
-	return outcome, res.Anomaly
+	log.InfoContext(ctx, "receipt", "outcome", outcome, "anomaly", anomaly, "duration_ms", time.Since(start).Milliseconds())
+	return outcome, anomaly
 }
 
 // backoff is the delay before attempt+1: min(cap, base*2^(attempt-1)),

@@ -28,9 +28,10 @@ import (
 )
 
 type testBundle struct {
-	db      *pgtest.Database
-	pool    *pgxpool.Pool
-	metrics *bytes.Buffer
+	db        *pgtest.Database
+	pool      *pgxpool.Pool
+	metrics   *bytes.Buffer
+	batchSize int // 0: the default; INBOX_WORKER_BATCH_SIZE overrides
 }
 
 func setup(t *testing.T) *testBundle {
@@ -39,7 +40,7 @@ func setup(t *testing.T) *testBundle {
 	pool, err := database.Open(context.Background(), database.Config{URL: db.URL, MaxConns: 10}, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}}
+	return &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}, batchSize: testBatchSize(t)}
 }
 
 // newWorker builds a worker with test-friendly settings; cfg overrides them.
@@ -54,6 +55,9 @@ func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.C
 	if cfg.Lease == 0 {
 		cfg.Lease = time.Minute
 	}
+	if cfg.BatchSize == 0 && b.batchSize > 0 {
+		cfg.BatchSize = min(b.batchSize, max(cfg.ClaimLimit, worker.DefaultClaimLimit))
+	}
 	cfg = cfg.WithDefaults()
 	require.NoError(t, cfg.Validate())
 	if reg == nil {
@@ -63,12 +67,12 @@ func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.C
 	return worker.New(b.pool, reg, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), em)
 }
 
-// receive stores an event as the webhook would.
+// receive stores an event as the webhook would: signed, verified, stored.
 func (b *testBundle) receive(t *testing.T, payload []byte) {
 	t.Helper()
-	var head struct{ ID, Type string }
-	require.NoError(t, json.Unmarshal(payload, &head))
-	_, err := inbox.Store(context.Background(), b.pool, "billing", stripeevent.Event{ID: head.ID, Type: head.Type, Payload: payload})
+	ev, err := stripeevent.Verify(payload, stripetest.Sign(payload, time.Now(), "whsec_test"), []string{"whsec_test"})
+	require.NoError(t, err)
+	_, err = inbox.Store(context.Background(), b.pool, "billing", ev)
 	require.NoError(t, err)
 }
 
@@ -390,7 +394,7 @@ func TestStatementTimeoutIsRecordedAndRowStaysUnprocessed(t *testing.T) {
 		_, err = tx.Exec(ctx, "SELECT pg_sleep(5)")
 		return res, err
 	}
-	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: time.Second})
+	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: 3 * time.Second})
 	s := b.run(t, w)
 	require.Equal(t, 1, s.Failed)
 	var lastErr string
@@ -416,7 +420,7 @@ func TestFailureRecordingGivesUpWhenAnotherWorkerHoldsTheRow(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "SELECT 1 FROM webhook_inbox WHERE event_id = 'evt_held' FOR UPDATE")
 	require.NoError(t, err)
-	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: time.Second})
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: 3 * time.Second})
 	outcome, _ := w.Process(ctx, b.db.Connect(t), claimed[0])
 	require.Equal(t, worker.Failed, outcome)
 	require.NoError(t, tx.Rollback(ctx))

@@ -1,0 +1,126 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+const batchSizeEnv = "INBOX_WORKER_BATCH_SIZE"
+
+// testBatchSize is the batch size every test's worker uses: the default, or
+// INBOX_WORKER_BATCH_SIZE when TestEveryTestAtBatchSizeOne re-runs the suite.
+func testBatchSize(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv(batchSizeEnv)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err)
+	return n
+}
+
+// TestEveryTestAtBatchSizeOne runs this package's whole suite again in a
+// child process with one receipt per transaction (the seed's design), so
+// both processing paths pass every test.
+func TestEveryTestAtBatchSizeOne(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(batchSizeEnv) != "" {
+		return // already the re-run
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^Test", "-test.skip=^TestEveryTestAtBatchSizeOne$", "-test.count=1")
+	cmd.Env = append(os.Environ(), batchSizeEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the suite at batch size 1 failed:\n%s", out)
+}
+
+func TestFailingReceiptInTheMiddleOfABatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := handlers.Default()
+	real := reg["invoice.paid"]
+	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		res, err := real(ctx, tx, ev) // the booking runs, then the receipt fails
+		if err == nil && ev.ID == "evt_3" {
+			return res, errors.New("boom")
+		}
+		return res, err
+	}
+	for i := 1; i <= 5; i++ {
+		b.receive(t, paid(fmt.Sprintf("evt_%d", i), fmt.Sprintf("in_%d", i)))
+	}
+	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 5, BatchSize: 5})
+	s := b.run(t, w)
+	require.Equal(t, 4, s.Processed)
+	require.Equal(t, 1, s.Failed)
+	require.Equal(t, 4, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 0, b.db.Count(t, "ledger_entries", "invoice_id = 'in_3'"), "the failed receipt's booking rolled back to its savepoint")
+	require.Equal(t, 0, b.db.Count(t, "invoices", "id = 'in_3'"))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_3' AND processed_at IS NULL AND attempts = 1 AND last_error LIKE '%boom%'"))
+	require.Equal(t, 4, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1"))
+}
+
+func TestConcurrentBatchesOverTheSameInvoicesDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	// Receipts for two invoices, interleaved, so that claims in event-id
+	// order would take the invoices in opposite orders. Batches are ordered
+	// by business key, so they lock in_0 before in_1 and never deadlock.
+	b := setup(t)
+	for i := range 40 {
+		b.receive(t, paid(fmt.Sprintf("evt_%02d", i), fmt.Sprintf("in_%d", (i/5+i)%2)))
+	}
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 4, ClaimLimit: 5, BatchSize: 5})
+	s := b.run(t, w)
+	require.Equal(t, 40, s.Processed)
+	require.Equal(t, 0, s.Failed)
+	require.Equal(t, 2, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 40, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1"))
+}
+
+func TestProcessKilledInTheMiddleOfABatchCommitsNothingAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 5; i++ {
+		b.receive(t, paid(fmt.Sprintf("evt_b%d", i), fmt.Sprintf("in_b%d", i)))
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// A real worker with batches of 5 applies evt_b1 and evt_b2 in the batch's
+	// transaction, then hangs while applying evt_b3; it is killed there.
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+b.db.URL, crashChildBatchEnv+"=5", crashChildHangOnEnv+"=evt_b3")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "APPLIED evt_b3 <nil>", strings.TrimSpace(line))
+
+	require.NoError(t, cmd.Process.Kill())
+	require.Error(t, cmd.Wait())
+	waitForNoOpenTransaction(t, b)
+
+	// evt_b1 and evt_b2 were applied in the same transaction: nothing committed.
+	require.Equal(t, 0, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 5, b.db.Count(t, "webhook_inbox", "processed_at IS NULL AND attempts = 1"))
+
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 2})
+	w.Now = at(time.Now().UTC().Add(2 * time.Minute)) // after the lease
+	s := b.run(t, w)
+	require.Equal(t, 5, s.Processed)
+	require.Equal(t, 5, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 5, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 2"))
+}
