@@ -286,11 +286,15 @@ func (b *builder) lambdas() {
 			dbUser:      AppUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(2)),
 			env: map[string]string{
+				// Checked against internal/config's validation by
+				// TestFunctionEnvironmentsPassConfigValidation.
 				"WORKER_CONCURRENCY": "4",
 				"MAX_ATTEMPTS":       "10",
 				"LEASE":              "2m",
-				"STATEMENT_TIMEOUT":  "30s",
-				"DEADLINE_MARGIN":    "15s",
+				"STATEMENT_TIMEOUT":  "10s",
+				"DEADLINE_MARGIN":    "30s",
+				"CLAIM_LIMIT":        "10",
+				"BATCH_SIZE":         "10",
 				"DB_MAX_CONNS":       "5",
 			},
 		},

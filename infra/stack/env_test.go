@@ -1,0 +1,49 @@
+package stack
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/config"
+)
+
+// resolvedEnv turns a function's synthesized environment into what Lambda
+// would pass at run time: tokens (Ref, Fn::Join, Fn::GetAtt) are replaced by
+// plausible values, and AWS_REGION, which Lambda sets, is added.
+func resolvedEnv(t *testing.T, r resource) config.Env {
+	t.Helper()
+	m := map[string]string{"AWS_REGION": "eu-west-1"}
+	for k, v := range environment(r) {
+		switch s := v.(type) {
+		case string:
+			m[k] = s
+		default:
+			switch k {
+			case "SIGNING_SECRET_ARNS":
+				m[k] = "billing=arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing-AbCdEf"
+			case "DB_PROXY_HOST":
+				m[k] = "inbox.proxy-abc.eu-west-1.rds.amazonaws.com"
+			default:
+				m[k] = fmt.Sprintf("token-for-%s", k)
+			}
+		}
+	}
+	return config.MapEnv(m)
+}
+
+// TestFunctionEnvironmentsPassConfigValidation feeds each function's
+// environment, as the stack sets it, to the loader the function runs at
+// start, so a setting the stack gets wrong fails here and not as an init
+// error after a deploy.
+func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod, natDev} {
+		fns := s.appFunctions(t)
+		_, err := config.LoadWebhook(resolvedEnv(t, fns["webhook"]))
+		require.NoError(t, err, "webhook")
+		_, err = config.LoadWorker(resolvedEnv(t, fns["worker"]))
+		require.NoError(t, err, "worker")
+	}
+}
