@@ -1,7 +1,7 @@
 // Command local runs the system on one machine: it applies the migrations,
 // serves the webhook over plain HTTP exactly as the Function URL would
-// present it, and runs the worker on a short interval in place of the
-// EventBridge schedule. LOCAL_COMPONENTS picks the parts (default all), so
+// present it, and runs the worker and the purge on short intervals in place
+// of their EventBridge schedules. LOCAL_COMPONENTS picks the parts (default all), so
 // the fault-injection suite can run webhooks and workers as separate
 // processes. scripts/dev.sh starts it with a database.
 package main
@@ -96,6 +96,23 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			})
 		}()
 		fmt.Printf("worker running every %s\n", cfg.WorkerInterval)
+	}
+	if cfg.Runs("purge") {
+		p, pool, err := bootstrap.NewPurger(ctx, cfg.Purge, logger, io.Discard)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			every(ctx, cfg.PurgeInterval, func() {
+				runCtx, cancel := context.WithTimeout(ctx, cfg.PurgeTimeout)
+				defer cancel()
+				_, _ = p.Run(runCtx) // Run logs its summary or its error
+			})
+		}()
+		fmt.Printf("purge running every %s (retention %s)\n", cfg.PurgeInterval, cfg.Purge.Purge.Retention)
 	}
 	select {
 	case <-ctx.Done():

@@ -45,5 +45,7 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 		require.NoError(t, err, "webhook")
 		_, err = config.LoadWorker(resolvedEnv(t, fns["worker"]))
 		require.NoError(t, err, "worker")
+		_, err = config.LoadPurge(resolvedEnv(t, fns["purge"]))
+		require.NoError(t, err, "purge")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/retention"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/webhook"
 	"github.com/stripe-inbox/inbox/internal/worker"
@@ -108,4 +109,13 @@ func NewWorker(ctx context.Context, c config.Worker, logger *slog.Logger, out io
 		return nil, nil, err
 	}
 	return worker.New(pool, handlers.Default(), c.Worker, logger, Metrics(out, c.Common)), pool, nil
+}
+
+// NewPurger builds the purge.
+func NewPurger(ctx context.Context, c config.Purge, logger *slog.Logger, out io.Writer) (*retention.Purger, *pgxpool.Pool, error) {
+	pool, err := Pool(ctx, c.Database)
+	if err != nil {
+		return nil, nil, err
+	}
+	return retention.New(pool, c.Purge, logger, Metrics(out, c.Common)), pool, nil
 }

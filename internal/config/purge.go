@@ -1,0 +1,35 @@
+package config
+
+import (
+	"time"
+
+	"github.com/stripe-inbox/inbox/internal/retention"
+)
+
+// Purge is the purge function's configuration.
+type Purge struct {
+	Common
+	Purge retention.Config
+}
+
+// LoadPurge reads RETENTION_DAYS (default 30, at least 4: Stripe retries for
+// up to 3 days), PURGE_BATCH_SIZE (default 1000), SCRUB_PAYLOAD_AFTER_DAYS
+// (default 0 = off; otherwise at least 4 and less than RETENTION_DAYS) and
+// DEADLINE_MARGIN (default 10s), and the database settings. The purge runs
+// its batches one after another on one connection; the pool's second
+// connection is spare.
+func LoadPurge(env Env) (Purge, error) {
+	var p problems
+	rc := retention.Config{}
+	// The lower bounds here only reject what is not a number of days at all;
+	// retention.Config.Validate refuses a retention under 4 days and says why.
+	rc.Retention = time.Duration(p.integer(env, "RETENTION_DAYS", int(retention.DefaultRetention/retention.Day), 0, 3650)) * retention.Day
+	rc.BatchSize = p.integer(env, "PURGE_BATCH_SIZE", retention.DefaultBatchSize, 1, retention.MaxBatchSize)
+	rc.ScrubAfter = time.Duration(p.integer(env, "SCRUB_PAYLOAD_AFTER_DAYS", 0, 0, 3650)) * retention.Day
+	rc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", retention.DefaultDeadlineMargin, time.Second, 15*time.Minute)
+	c := Purge{Common: p.common(env, "purge", 2), Purge: rc}
+	if err := rc.Validate(); err != nil {
+		p.addf("%v", err)
+	}
+	return c, p.err()
+}
