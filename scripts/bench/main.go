@@ -454,7 +454,7 @@ func receiptLatencyUntil(ctx context.Context, c int, done <-chan struct{}, tag s
 // -------------------------------------------------------------- cold start
 
 func cold(out io.Writer) {
-	fmt.Fprintln(out, "## 5. Cold start")
+	fmt.Fprintln(out, "## 5. Cold start (host-architecture binaries under aws-lambda-rie, from the e2e suite)")
 	fmt.Fprintln(out)
 	if *coldStart == "" {
 		fmt.Fprintln(out, "No cold-start report given.")
@@ -465,8 +465,23 @@ func cold(out io.Writer) {
 		fmt.Fprintf(out, "No cold-start report (%v).\n", err)
 		return
 	}
-	fmt.Fprintln(out, strings.TrimSpace(string(b)))
-	fmt.Fprintln(out)
+	var t table
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r struct {
+			Function    string    `json:"function"`
+			BinaryBytes int64     `json:"binary_bytes"`
+			InitMs      []float64 `json:"init_ms"`
+			Min         float64   `json:"init_ms_min"`
+			P50         float64   `json:"init_ms_p50"`
+			Max         float64   `json:"init_ms_max"`
+		}
+		if json.Unmarshal([]byte(line), &r) != nil {
+			continue
+		}
+		t.add(r.Function, fmt.Sprintf("%.1f", float64(r.BinaryBytes)/(1<<20)), strconv.Itoa(len(r.InitMs)),
+			fmt.Sprintf("%.1f", r.Min), fmt.Sprintf("%.1f", r.P50), fmt.Sprintf("%.1f", r.Max))
+	}
+	t.print(out, "function", "binary MiB", "cold starts", "INIT min ms", "INIT p50 ms", "INIT max ms")
 }
 
 // ----------------------------------------------------------------- helpers
@@ -543,8 +558,8 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
-func ms(d time.Duration) string  { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
-func f0(v float64) string        { return fmt.Sprintf("%.0f", v) }
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+func f0(v float64) string       { return fmt.Sprintf("%.0f", v) }
 func ratio(a, b float64) string {
 	if b == 0 {
 		return "n/a"
