@@ -92,10 +92,7 @@ func Release(ctx context.Context, db DB, keys []Key, now *time.Time) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	ps, es, ids := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		ps[i], es[i], ids[i] = k.Provider, k.Endpoint, k.EventID
-	}
+	ps, es, ids := keyArrays(keys)
 	if _, err := db.Exec(ctx, releaseClaims, ps, es, ids, now); err != nil {
 		return fmt.Errorf("releasing %d claims: %w", len(keys), err)
 	}
@@ -127,4 +124,55 @@ func ResetNeedsReview(ctx context.Context, db DB, maxAttempts int, endpoint, eve
 		return 0, fmt.Errorf("resetting receipts that need review: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+func keyArrays(keys []Key) (ps, es, ids []string) {
+	ps, es, ids = make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		ps[i], es[i], ids[i] = k.Provider, k.Endpoint, k.EventID
+	}
+	return ps, es, ids
+}
+
+// LockMany locks the given receipts in tx (waiting for concurrent holders)
+// and returns those still unprocessed; a key missing from the result was
+// completed by another worker.
+func LockMany(ctx context.Context, tx DB, keys []Key) (map[Key]Locked, error) {
+	ps, es, ids := keyArrays(keys)
+	rows, err := tx.Query(ctx, lockReceipts, ps, es, ids)
+	if err != nil {
+		return nil, fmt.Errorf("locking %d receipts: %w", len(keys), err)
+	}
+	defer rows.Close()
+	out := make(map[Key]Locked, len(keys))
+	for rows.Next() {
+		var k Key
+		var l Locked
+		var payload string
+		if err := rows.Scan(&k.Provider, &k.Endpoint, &k.EventID, &l.EventType, &payload); err != nil {
+			return nil, fmt.Errorf("locking %d receipts: %w", len(keys), err)
+		}
+		l.Payload = []byte(payload)
+		out[k] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("locking %d receipts: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+// MarkManyProcessed sets processed_at and each receipt's outcome in tx.
+func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string, now *time.Time) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ps, es, ids := keyArrays(keys)
+	tag, err := tx.Exec(ctx, markManyProcessed, ps, es, ids, outcomes, now)
+	if err != nil {
+		return fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
+	}
+	if tag.RowsAffected() != int64(len(keys)) {
+		return fmt.Errorf("marking %d receipts processed: %d rows matched", len(keys), tag.RowsAffected())
+	}
+	return nil
 }

@@ -98,3 +98,27 @@ UPDATE webhook_inbox
    AND attempts >= $1
    AND ($2::text IS NULL OR endpoint = $2)
    AND ($3::text IS NULL OR event_id = $3)`
+
+// lockReceipts: $1 providers, $2 endpoints, $3 event_ids. Locks the given
+// receipts that are still unprocessed, waiting for concurrent holders, in
+// business-key order (so concurrent batches lock in one order), and returns
+// their contents.
+const lockReceipts = `
+SELECT w.provider, w.endpoint, w.event_id, w.event_type, w.payload::text
+  FROM webhook_inbox AS w
+  JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint, event_id)
+    ON (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
+ WHERE w.processed_at IS NULL
+ ORDER BY coalesce(w.object_id, ''), w.event_id
+   FOR UPDATE OF w`
+
+// markManyProcessed: $1 providers, $2 endpoints, $3 event_ids, $4 outcomes,
+// $5 now.
+const markManyProcessed = `
+UPDATE webhook_inbox AS w
+   SET processed_at = coalesce($5::timestamptz, now()),
+       outcome      = k.outcome,
+       last_error   = NULL
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(provider, endpoint, event_id, outcome)
+ WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
+   AND w.processed_at IS NULL`

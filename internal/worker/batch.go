@@ -54,53 +54,82 @@ func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox
 // batchTx processes batch[order[0]], batch[order[1]], ... in one
 // transaction until they are all done or the time budget is spent, commits,
 // and returns how many it took.
+//
+// Round trips per transaction: lock every receipt of the batch in one
+// statement, then per receipt a SAVEPOINT and the handler's statements, then
+// mark all the applied ones processed in one statement, and commit.
 func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool) int {
 	start := time.Now()
 	var taken int
-	type logged struct {
-		i       int
-		err     string
-		delay   time.Duration
-		elapsed time.Duration
+	type failure struct {
+		i     int
+		err   string
+		delay time.Duration
 	}
-	var failures []logged
+	var failures []failure
 	err := inTx(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprintf("%dms", w.cfg.StatementTimeout.Milliseconds())); err != nil {
-			return fmt.Errorf("setting statement_timeout: %w", err)
+		if err := w.setStatementTimeout(ctx, tx); err != nil {
+			return err
 		}
+		keys := make([]inbox.Key, len(order))
+		for j, i := range order {
+			keys[j] = batch[i].Key
+		}
+		locked, err := inbox.LockMany(ctx, tx, keys)
+		if err != nil {
+			return err
+		}
+		var doneKeys []inbox.Key
+		var doneOutcomes []string
 		for _, i := range order {
 			if taken > 0 && time.Since(start) >= w.cfg.StatementTimeout {
 				break
 			}
 			taken++
 			c := batch[i]
-			t0 := time.Now()
-			o, anomaly, err := w.applyInSavepoint(ctx, tx, c)
+			l, ok := locked[c.Key]
+			if !ok {
+				outcomes[i] = AlreadyDone // another worker completed it
+				continue
+			}
+			res, err := w.applyInSavepoint(ctx, tx, c, l)
 			if err != nil {
-				// The savepoint rolled back this receipt's work; record the
+				// The savepoint undid this receipt's work; record the
 				// failure in the same transaction.
 				text, delay := describe(err), w.backoff(c.Attempts)
 				if rerr := inbox.RecordFailure(ctx, tx, c.Key, text, delay, w.Now()); rerr != nil {
 					return rerr // the transaction itself is unusable
 				}
 				outcomes[i] = Failed
-				failures = append(failures, logged{i, text, delay, time.Since(t0)})
+				failures = append(failures, failure{i, text, delay})
 				continue
 			}
-			outcomes[i], anomalies[i] = o, anomaly
+			outcomes[i], anomalies[i] = Outcome(res.Outcome), res.Anomaly
+			doneKeys = append(doneKeys, c.Key)
+			doneOutcomes = append(doneOutcomes, string(res.Outcome))
 		}
-		return nil
+		return inbox.MarkManyProcessed(ctx, tx, doneKeys, doneOutcomes, w.Now())
 	})
 	if err != nil {
-		// Nothing of this transaction committed. The receipts keep their
+		if taken == 0 {
+			// Locking the batch failed (say a receipt is held past the
+			// statement timeout by a worker that took it over after its
+			// lease): fall back to one transaction per receipt, so only
+			// that receipt waits.
+			for _, i := range order {
+				outcomes[i], anomalies[i] = w.Process(ctx, conn, batch[i])
+			}
+			return len(order)
+		}
+		// Nothing of this transaction committed. Its receipts keep their
 		// counted attempts and come back after their lease.
-		for _, i := range order[:max(taken, 1)] {
+		for _, i := range order[:taken] {
 			outcomes[i], anomalies[i] = Failed, false
 			c := batch[i]
 			w.logger.WarnContext(ctx, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
 				"attempt", c.Attempts, "outcome", Failed, "error", describe(err), "retry_after", "lease")
 		}
-		return max(taken, 1)
+		return taken
 	}
 	for _, f := range failures {
 		c := batch[f.i]
@@ -110,7 +139,7 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		}
 		w.logger.Log(ctx, level, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
 			"attempt", c.Attempts, "outcome", Failed, "error", f.err, "retry_in_ms", f.delay.Milliseconds(),
-			"needs_review", c.Attempts >= w.cfg.MaxAttempts, "duration_ms", f.elapsed.Milliseconds())
+			"needs_review", c.Attempts >= w.cfg.MaxAttempts)
 	}
 	for _, i := range order[:taken] {
 		if outcomes[i] != Failed {
@@ -122,24 +151,21 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 	return taken
 }
 
-// applyInSavepoint runs one receipt's lock, re-check, handler and mark
-// under a savepoint of tx, rolling back to it on error.
-func (w *Worker) applyInSavepoint(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome, bool, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return "", false, fmt.Errorf("savepoint: %w", err)
+// applyInSavepoint runs one locked receipt's handler under a savepoint of tx,
+// rolling back to it on error. Savepoints are not released one by one (that
+// would cost a round trip each): the commit releases them all.
+func (w *Worker) applyInSavepoint(ctx context.Context, tx pgx.Tx, c inbox.Claimed, l inbox.Locked) (handlers.Result, error) {
+	if _, err := tx.Exec(ctx, "SAVEPOINT receipt"); err != nil {
+		return handlers.Result{}, fmt.Errorf("savepoint: %w", err)
 	}
-	o, anomaly, err := w.apply(ctx, sp, c)
+	res, err := w.handlers.Apply(ctx, tx, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})
 	if err != nil {
-		if rerr := sp.Rollback(context.WithoutCancel(ctx)); rerr != nil {
-			return "", false, fmt.Errorf("%w (and rolling back to the savepoint: %v)", err, rerr)
+		if _, rerr := tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT receipt"); rerr != nil {
+			return handlers.Result{}, fmt.Errorf("%w (and rolling back to the savepoint: %v)", err, rerr)
 		}
-		return "", false, err
+		return handlers.Result{}, err
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return "", false, fmt.Errorf("releasing savepoint: %w", err)
-	}
-	return o, anomaly, nil
+	return res, nil
 }
 
 // apply is the body shared by Process and ProcessBatch: lock, re-check,

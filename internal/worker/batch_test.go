@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
@@ -123,4 +124,33 @@ func TestProcessKilledInTheMiddleOfABatchCommitsNothingAndLosesNothing(t *testin
 	require.Equal(t, 5, s.Processed)
 	require.Equal(t, 5, b.db.Count(t, "ledger_entries", ""))
 	require.Equal(t, 5, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 2"))
+}
+
+func TestBatchWithAReceiptHeldElsewhereProcessesTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 3; i++ {
+		b.receive(t, paid(fmt.Sprintf("evt_h%d", i), fmt.Sprintf("in_h%d", i)))
+	}
+	ctx := context.Background()
+	claimed, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{MaxAttempts: 10, Limit: 3, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	// A worker that took evt_h2 over after its lease holds the row.
+	holder := b.db.Connect(t)
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM webhook_inbox WHERE event_id = 'evt_h2' FOR UPDATE")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, ClaimLimit: 3, BatchSize: 3,
+		StatementTimeout: 300 * time.Millisecond, DeadlineMargin: time.Second, Lease: 3 * time.Second})
+	outcomes, _ := w.ProcessBatch(ctx, b.db.Connect(t), claimed)
+	want := map[string]worker.Outcome{"evt_h1": worker.Applied, "evt_h2": worker.Failed, "evt_h3": worker.Applied}
+	for i, c := range claimed {
+		require.Equal(t, want[c.EventID], outcomes[i], "%s: %v", c.EventID, outcomes)
+	}
+	require.Equal(t, 2, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_h2' AND processed_at IS NULL"))
 }

@@ -227,8 +227,8 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 		anomaly bool
 	)
 	err := inTx(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprintf("%dms", w.cfg.StatementTimeout.Milliseconds())); err != nil {
-			return fmt.Errorf("setting statement_timeout: %w", err)
+		if err := w.setStatementTimeout(ctx, tx); err != nil {
+			return err
 		}
 		var err error
 		outcome, anomaly, err = w.apply(ctx, tx, c)
@@ -238,11 +238,17 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 		// inTx has rolled back the business work.
 		text := describe(err)
 		delay := w.backoff(c.Attempts)
-		// Bounded: the row may be locked by a worker that took it over after
-		// the lease; then this gives up and the lease brings the row back.
-		recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StatementTimeout)
-		defer cancel()
-		if rerr := inbox.RecordFailure(recCtx, conn, c.Key, text, delay, w.Now()); rerr != nil {
+		// Bounded by the statement timeout (not by cancelling a context,
+		// which would close the connection): the row may be locked by a
+		// worker that took it over after the lease; then this gives up and
+		// the lease brings the row back.
+		rctx := context.WithoutCancel(ctx)
+		if rerr := inTx(rctx, conn, func(tx pgx.Tx) error {
+			if err := w.setStatementTimeout(rctx, tx); err != nil {
+				return err
+			}
+			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now())
+		}); rerr != nil {
 			log.ErrorContext(ctx, "recording failure", "error", rerr)
 		}
 		level := slog.LevelWarn
@@ -301,6 +307,14 @@ func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+// setStatementTimeout bounds every statement of tx, including lock waits.
+func (w *Worker) setStatementTimeout(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprintf("%dms", w.cfg.StatementTimeout.Milliseconds())); err != nil {
+		return fmt.Errorf("setting statement_timeout: %w", err)
 	}
 	return nil
 }
