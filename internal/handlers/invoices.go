@@ -102,12 +102,13 @@ func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if err := transition(ctx, tx, inv, "paid", fromForPaid); err != nil {
-		return Result{}, err
-	}
 	var status string
-	if err := tx.QueryRow(ctx, invoiceStatus, inv.ID).Scan(&status); err != nil {
-		return Result{}, fmt.Errorf("reading invoice %s: %w", inv.ID, err)
+	err = tx.QueryRow(ctx, payInvoice, inv.ID, inv.customer(), "paid", nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, fromForPaid).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = tx.QueryRow(ctx, invoiceStatus, inv.ID).Scan(&status)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("moving invoice %s to paid: %w", inv.ID, err)
 	}
 	if status != "paid" {
 		detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid, "currency": inv.Currency})
@@ -116,15 +117,13 @@ func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 		}
 		return Result{Outcome: Applied, Anomaly: true}, nil
 	}
-	booked, err := book(ctx, tx, inv.ID, "payment", inv.AmountPaid, inv.Currency, ev.ID)
-	if err != nil || !booked {
-		return Result{Outcome: Applied}, err
-	}
 	payload, _ := json.Marshal(map[string]any{
 		"invoice_id": inv.ID, "customer_id": inv.customer(), "amount": inv.AmountPaid, "currency": inv.Currency, "event_id": ev.ID,
 	})
-	if _, err := tx.Exec(ctx, enqueueOutbox, "Invoice", inv.ID, "InvoicePaymentBooked", string(payload)); err != nil {
-		return Result{}, fmt.Errorf("queueing notification for invoice %s: %w", inv.ID, err)
+	var outboxID int64
+	err = tx.QueryRow(ctx, bookAndNotify, inv.ID, "payment", inv.AmountPaid, nullIfEmpty(inv.Currency), ev.ID, "InvoicePaymentBooked", string(payload)).Scan(&outboxID)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) { // no row: already booked, nobody to notify again
+		return Result{}, fmt.Errorf("booking the payment of invoice %s: %w", inv.ID, err)
 	}
 	return Result{Outcome: Applied}, nil
 }

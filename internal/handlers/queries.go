@@ -25,6 +25,22 @@ ON CONFLICT (id) DO UPDATE
        updated_at  = now()
  WHERE i.status = ANY ($7::text[])`
 
+// payInvoice: the parameters of upsertInvoice, with target 'paid'. Moves the
+// invoice to paid (or creates it paid) and returns its status after the
+// statement, in one round trip: the updated or inserted row's, or, when the
+// transition was refused (void, or already paid), the existing row's. ON
+// CONFLICT DO UPDATE locks the conflicting row even when its WHERE refuses
+// the update, so that status cannot change before the transaction ends. The
+// existing row is read from the statement's snapshot; when a concurrent
+// transaction committed it after that snapshot, no row comes back and the
+// caller reads it with invoiceStatus.
+const payInvoice = `
+WITH up AS (` + upsertInvoice + `
+RETURNING i.status)
+SELECT status FROM up
+UNION ALL
+SELECT status FROM invoices WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM up)`
+
 // invoiceStatus: $1 id. Locks the row so the decision that follows (book or
 // raise an anomaly) cannot race a concurrent transition.
 const invoiceStatus = `SELECT status FROM invoices WHERE id = $1 FOR UPDATE`
@@ -37,10 +53,15 @@ VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING
 RETURNING id`
 
-// enqueueOutbox: $1 aggregate_type, $2 aggregate_id, $3 event_type, $4 payload.
-const enqueueOutbox = `
+// bookAndNotify: $1 invoice_id, $2 kind, $3 amount, $4 currency,
+// $5 event_id, $6 outbox event_type, $7 outbox payload. Books the entry and,
+// only when it is new, queues the notification, in one statement; returns a
+// row only when the entry was booked.
+const bookAndNotify = `
+WITH booked AS (` + bookLedgerEntry + `)
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-VALUES ($1, $2, $3, $4::jsonb)`
+SELECT 'Invoice', $1, $6, $7::jsonb FROM booked
+RETURNING id`
 
 // raiseAnomaly: $1 kind, $2 subject_id, $3 endpoint, $4 event_id, $5 detail.
 const raiseAnomaly = `

@@ -44,6 +44,7 @@ var (
 	dbURL     = flag.String("db", "", "URL of the benchmark database (created and migrated by scripts/bench.sh)")
 	quick     = flag.Bool("quick", false, "smaller sizes (a smoke run)")
 	coldStart = flag.String("coldstart", "", "file with cold-start figures from the e2e suite (E2E_REPORT), if any")
+	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,scale,purge,cold); default all")
 	quiet     = slog.New(slog.NewTextHandler(io.Discard, nil))
 )
 
@@ -76,11 +77,20 @@ func main() {
 	fmt.Fprintf(out, "CPU: %s (%d cores), PostgreSQL: %s\n\n", cpuName(), runtime.NumCPU(), pgVersion(ctx))
 	fmt.Fprintf(out, "Settings: %s\n\n", pgSettings(ctx))
 
-	receipts(ctx, out)
-	drain(ctx, out)
-	scale(ctx, out)
-	purge(ctx, out)
-	cold(out)
+	for _, sec := range []struct {
+		name string
+		run  func()
+	}{
+		{"receipts", func() { receipts(ctx, out) }},
+		{"drain", func() { drain(ctx, out) }},
+		{"scale", func() { scale(ctx, out) }},
+		{"purge", func() { purge(ctx, out) }},
+		{"cold", func() { cold(out) }},
+	} {
+		if *only == "" || slices.Contains(strings.Split(*only, ","), sec.name) {
+			sec.run()
+		}
+	}
 }
 
 // ---------------------------------------------------------------- receipts

@@ -1,0 +1,116 @@
+# shellcheck shell=bash
+# Toxiproxy (github.com/Shopify/toxiproxy/v2) for the fault-injection suite: a
+# TCP proxy between the functions and PostgreSQL whose HTTP API adds and
+# removes faults ("toxics") on the fly. Source it, then:
+#
+#   toxiproxy_install .tmp/bin          # go install, once (needs the Go proxy)
+#   toxiproxy_start .tmp/bin LOGFILE    # sets TOXIPROXY_API, TOXIPROXY_PID
+#   port=$(toxiproxy_free_port)
+#   toxiproxy_add_proxy pg "127.0.0.1:$port" "127.0.0.1:$PGPORT"
+#   toxiproxy_add_toxic pg resets reset_peer downstream 1.0 '{"timeout":50}'
+#   toxiproxy_remove_toxic pg resets
+#   toxiproxy_reset                     # removes every toxic
+#   toxiproxy_stop
+#
+# Everything listens on 127.0.0.1 only. The API is the server's own
+# (api.go of v2.12.0): POST /proxies, POST /proxies/{proxy}/toxics,
+# DELETE /proxies/{proxy}/toxics/{toxic}, POST /reset, GET /version.
+
+TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2
+TOXIPROXY_VERSION=v2.12.0
+TOXIPROXY_API=""
+TOXIPROXY_PID=""
+
+tp__log() { echo "[toxiproxy] $*" >&2; }
+
+# toxiproxy_install BINDIR: installs the server as BINDIR/toxiproxy-server
+# (go install pkg@version does not touch the project's go.mod).
+toxiproxy_install() {
+  local bindir=$1
+  # The binary reports its version as "git" (no release ldflags), so a
+  # marker file records which version was installed.
+  if [ -x "$bindir/toxiproxy-server" ] \
+    && [ "$(cat "$bindir/toxiproxy-server.version" 2>/dev/null)" = "$TOXIPROXY_VERSION" ]; then
+    return 0
+  fi
+  mkdir -p "$bindir"
+  local tmp
+  tmp=$(mktemp -d "$bindir/.install.XXXXXX")
+  tp__log "installing $TOXIPROXY_MODULE/cmd/server@$TOXIPROXY_VERSION"
+  if ! GOBIN="$(cd "$tmp" && pwd)" GOFLAGS= go install "$TOXIPROXY_MODULE/cmd/server@$TOXIPROXY_VERSION"; then
+    rm -rf "$tmp"
+    return 1
+  fi
+  mv "$tmp/server" "$bindir/toxiproxy-server"
+  echo "$TOXIPROXY_VERSION" >"$bindir/toxiproxy-server.version"
+  rm -rf "$tmp"
+}
+
+# toxiproxy_free_port: a TCP port nothing listens on, from 58400 up.
+toxiproxy_free_port() {
+  local port
+  for port in $(seq 58400 58600); do
+    if ! (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then echo "$port"; return 0; fi
+  done
+  return 1
+}
+
+# toxiproxy_start BINDIR LOGFILE: starts the server on a free loopback port
+# and waits (bounded) until its API answers.
+toxiproxy_start() {
+  local bindir=$1 log=$2 port i
+  port=$(toxiproxy_free_port) || { tp__log "no free port"; return 1; }
+  "$bindir/toxiproxy-server" -host 127.0.0.1 -port "$port" >"$log" 2>&1 &
+  TOXIPROXY_PID=$!
+  TOXIPROXY_API="http://127.0.0.1:$port"
+  for i in $(seq 1 100); do
+    if curl -fsS --max-time 1 "$TOXIPROXY_API/version" >/dev/null 2>&1; then
+      tp__log "server $TOXIPROXY_VERSION on 127.0.0.1:$port (pid $TOXIPROXY_PID)"
+      return 0
+    fi
+    kill -0 "$TOXIPROXY_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tp__log "server did not answer on $TOXIPROXY_API; log:"
+  cat "$log" >&2
+  toxiproxy_stop
+  return 1
+}
+
+# toxiproxy_stop: stops the server this shell started.
+toxiproxy_stop() {
+  [ -n "$TOXIPROXY_PID" ] || return 0
+  kill "$TOXIPROXY_PID" 2>/dev/null || true
+  wait "$TOXIPROXY_PID" 2>/dev/null || true
+  TOXIPROXY_PID=""
+}
+
+tp__api() { # METHOD PATH [JSON]
+  local method=$1 path=$2 body=${3:-}
+  if [ -n "$body" ]; then
+    curl -fsS --max-time 5 -X "$method" -H 'Content-Type: application/json' -d "$body" "$TOXIPROXY_API$path" >/dev/null
+  else
+    curl -fsS --max-time 5 -X "$method" "$TOXIPROXY_API$path" >/dev/null
+  fi
+}
+
+# toxiproxy_add_proxy NAME LISTEN UPSTREAM (host:port each).
+toxiproxy_add_proxy() {
+  tp__api POST /proxies "{\"name\":\"$1\",\"listen\":\"$2\",\"upstream\":\"$3\",\"enabled\":true}"
+}
+
+# toxiproxy_add_toxic PROXY NAME TYPE STREAM TOXICITY ATTRIBUTES_JSON
+#   TYPE: latency {"latency":ms,"jitter":ms}, reset_peer {"timeout":ms},
+#         timeout {"timeout":ms} (0: hold the data until removed), ...
+#   STREAM: upstream (client->server) or downstream (server->client).
+#   TOXICITY: 0..1, the share of connections it applies to.
+toxiproxy_add_toxic() {
+  tp__api POST "/proxies/$1/toxics" \
+    "{\"name\":\"$2\",\"type\":\"$3\",\"stream\":\"$4\",\"toxicity\":$5,\"attributes\":$6}"
+}
+
+# toxiproxy_remove_toxic PROXY NAME.
+toxiproxy_remove_toxic() { tp__api DELETE "/proxies/$1/toxics/$2"; }
+
+# toxiproxy_reset: re-enables every proxy and removes every toxic.
+toxiproxy_reset() { tp__api POST /reset; }

@@ -1,0 +1,247 @@
+// Command stripesim plays Stripe against the local webhook, then checks that
+// the database ended exactly where the events say it must.
+//
+// It generates invoice lifecycles (created, finalized, paid, voided,
+// marked_uncollectible then paid or voided, refunds as refund.created and
+// charge.refunded with the refund list expanded) whose final state does not
+// depend on delivery order, and delivers them the way Stripe does: shuffled
+// (seeded; the seed is printed), about 10% delivered twice with the same
+// event id (half of those as two concurrent requests), some facts sent as two
+// Event objects with different ids, signed afresh on every attempt, and
+// every non-2xx answer or transport error retried with exponential backoff
+// within bounds.
+//
+// Then it waits (bounded) for the worker to drain the run's receipts and
+// compares the database with the expected state, printing one line:
+//
+//	scenario=<name> sent=.. ok2xx=.. retries=.. faults=.. lost=.. doubled=.. unprocessed=.. needs_review=.. ...
+//
+// It exits 1 when anything was lost, doubled, wrong or left unprocessed, when
+// a 2xx'd event has no receipt row, or when a delivery never got a 2xx.
+//
+// -phase splits the run for fault scripts that must act between sending and
+// draining: "send" delivers and writes -state; "check" reads -state,
+// regenerates the same events from its seed and checks. "all" does both.
+//
+//	go run ./scripts/stripesim -invoices 200 -db "$DATABASE_URL"
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	phase       string
+	scenario    string
+	url         string
+	db          string
+	endpoint    string
+	secret      string
+	invoices    int
+	seed        uint64
+	dupRate     float64
+	twinRate    float64
+	concurrency int
+	rate        float64
+	policy      retryPolicy
+	httpTimeout time.Duration
+	sendTimeout time.Duration
+	drainFor    time.Duration
+	maxAttempts int
+	faults      int
+	faultsFile  string
+	state       string
+}
+
+// state is what -phase send hands to -phase check.
+type state struct {
+	Seed        uint64   `json:"seed"`
+	Invoices    int      `json:"invoices"`
+	TwinRate    float64  `json:"twin_rate"`
+	Sent        int64    `json:"sent"`
+	OK2xx       int64    `json:"ok2xx"`
+	Retries     int64    `json:"retries"`
+	Undelivered int64    `json:"undelivered"`
+	Ambiguous   int64    `json:"ambiguous"`
+	Statuses    string   `json:"statuses"`
+	Acked       []string `json:"acked"`
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.phase, "phase", "all", "all, send (deliver and write -state) or check (read -state and check)")
+	flag.StringVar(&o.scenario, "scenario", "plain", "name printed in the figures line")
+	flag.StringVar(&o.url, "url", "http://127.0.0.1:8080/billing", "the webhook endpoint URL")
+	flag.StringVar(&o.db, "db", os.Getenv("DATABASE_URL"), "pgx URL of the database to check (default $DATABASE_URL)")
+	flag.StringVar(&o.endpoint, "endpoint", "billing", "the endpoint name the receipts are stored under")
+	flag.StringVar(&o.secret, "secret", os.Getenv("STRIPE_WEBHOOK_SECRET"), "signing secret (default $STRIPE_WEBHOOK_SECRET; the first of a comma list)")
+	flag.IntVar(&o.invoices, "invoices", 200, "number of invoice lifecycles")
+	flag.Uint64Var(&o.seed, "seed", 0, "shuffle and generation seed (0: random, printed)")
+	flag.Float64Var(&o.dupRate, "dup-rate", 0.10, "share of events delivered twice with the same id")
+	flag.Float64Var(&o.twinRate, "twin-rate", 0.05, "share of facts sent as two Event objects (different ids)")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "deliveries in flight at once")
+	flag.Float64Var(&o.rate, "rate", 0, "new deliveries per second at most (0: as fast as concurrency allows)")
+	flag.IntVar(&o.policy.MaxTries, "max-tries", 20, "attempts per delivery before giving up")
+	flag.DurationVar(&o.policy.Base, "retry-base", 100*time.Millisecond, "first retry delay (doubles each attempt, jittered 50-100%)")
+	flag.DurationVar(&o.policy.Cap, "retry-cap", 3*time.Second, "longest retry delay")
+	flag.DurationVar(&o.policy.For, "retry-for", 90*time.Second, "give up on a delivery after this long")
+	flag.DurationVar(&o.httpTimeout, "http-timeout", 10*time.Second, "timeout of one HTTP attempt")
+	flag.DurationVar(&o.sendTimeout, "send-timeout", 10*time.Minute, "bound on the whole sending phase")
+	flag.DurationVar(&o.drainFor, "drain-timeout", 2*time.Minute, "how long to wait for the worker to drain")
+	flag.IntVar(&o.maxAttempts, "max-attempts", 50, "the worker's MAX_ATTEMPTS (receipts at it need review)")
+	flag.IntVar(&o.faults, "faults", 0, "faults the caller injected (reported only)")
+	flag.StringVar(&o.faultsFile, "faults-file", "", "read the fault count from this file when reporting (for a caller that injects faults while stripesim runs)")
+	flag.StringVar(&o.state, "state", "", "state file between -phase send and -phase check")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stripesim:", err)
+	}
+	os.Exit(code)
+}
+
+func run(ctx context.Context, o options) (int, error) {
+	if err := o.validate(); err != nil {
+		return 2, err
+	}
+	var st state
+	switch o.phase {
+	case "all", "send":
+		if o.seed == 0 {
+			o.seed = rand.Uint64() >> 12 // fits a JSON number exactly
+		}
+		st = send(ctx, o)
+		if o.phase == "send" {
+			b, err := json.Marshal(st)
+			if err != nil {
+				return 2, err
+			}
+			if err := os.WriteFile(o.state, b, 0o600); err != nil {
+				return 2, fmt.Errorf("writing -state: %w", err)
+			}
+			if st.Undelivered > 0 {
+				return 1, fmt.Errorf("%d deliveries never got a 2xx", st.Undelivered)
+			}
+			return 0, nil
+		}
+	case "check":
+		b, err := os.ReadFile(o.state)
+		if err != nil {
+			return 2, fmt.Errorf("reading -state: %w", err)
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			return 2, fmt.Errorf("reading -state: %w", err)
+		}
+		o.seed, o.invoices, o.twinRate = st.Seed, st.Invoices, st.TwinRate
+	}
+	return verify(ctx, o, st)
+}
+
+func (o options) validate() error {
+	var errs []error
+	switch o.phase {
+	case "all", "send", "check":
+	default:
+		errs = append(errs, fmt.Errorf("-phase=%q: must be all, send or check", o.phase))
+	}
+	if o.phase != "all" && o.state == "" {
+		errs = append(errs, fmt.Errorf("-phase=%s needs -state", o.phase))
+	}
+	if o.phase != "check" {
+		if !strings.HasPrefix(firstSecret(o.secret), "whsec_") {
+			errs = append(errs, errors.New("set -secret or STRIPE_WEBHOOK_SECRET to the webhook's signing secret (whsec_...)"))
+		}
+		if o.invoices < 1 || o.concurrency < 1 || o.policy.MaxTries < 1 {
+			errs = append(errs, errors.New("-invoices, -concurrency and -max-tries must be at least 1"))
+		}
+	}
+	if o.phase != "send" && o.db == "" {
+		errs = append(errs, errors.New("set -db (or DATABASE_URL) to the database the webhook writes to"))
+	}
+	return errors.Join(errs...)
+}
+
+func firstSecret(s string) string {
+	first, _, _ := strings.Cut(s, ",")
+	return strings.TrimSpace(first)
+}
+
+// runID names a run's objects, so that its rows are told apart from any
+// other run's in the same database.
+func runID(seed uint64) string { return fmt.Sprintf("s%x", seed) }
+
+func rngFor(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
+
+func send(ctx context.Context, o options) state {
+	rng := rngFor(o.seed)
+	sc := generate(rng, runID(o.seed), o.invoices, o.twinRate)
+	ds, dups := plan(rng, sc.Events, o.dupRate)
+	fmt.Fprintf(os.Stderr, "stripesim: scenario=%s seed=%d invoices=%d events=%d twins=%d duplicates=%d deliveries=%d concurrency=%d\n",
+		o.scenario, o.seed, o.invoices, len(sc.Events), sc.Twins, dups, len(ds), o.concurrency)
+
+	s := newSender(o.url, firstSecret(o.secret), o.concurrency, o.policy, o.httpTimeout)
+	sendCtx, cancel := context.WithTimeout(ctx, o.sendTimeout)
+	defer cancel()
+	start := time.Now()
+	s.run(sendCtx, ds, o.concurrency, o.rate)
+	fmt.Fprintf(os.Stderr, "stripesim: delivered in %s: sent=%d ok2xx=%d retries=%d undelivered=%d ambiguous=%d non2xx=%s\n",
+		time.Since(start).Round(time.Millisecond), s.sent.Load(), s.ok2xx.Load(), s.retries.Load(), s.undelivered.Load(), s.ambiguous.Load(), s.statusSummary())
+
+	st := state{
+		Seed: o.seed, Invoices: o.invoices, TwinRate: o.twinRate,
+		Sent: s.sent.Load(), OK2xx: s.ok2xx.Load(), Retries: s.retries.Load(), Undelivered: s.undelivered.Load(),
+		Ambiguous: s.ambiguous.Load(), Statuses: s.statusSummary(),
+	}
+	for id := range s.acked {
+		st.Acked = append(st.Acked, id)
+	}
+	return st
+}
+
+func verify(ctx context.Context, o options, st state) (int, error) {
+	run := runID(o.seed)
+	sc := generate(rngFor(o.seed), run, o.invoices, o.twinRate)
+
+	waited, drained := waitDrained(ctx, o.db, o.endpoint, run, o.maxAttempts, o.drainFor)
+	fmt.Fprintf(os.Stderr, "stripesim: drain wait %s (drained=%t)\n", waited.Round(time.Millisecond), drained)
+
+	checkCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := connect(checkCtx, o.db)
+	if err != nil {
+		return 2, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	r, err := check(checkCtx, conn, o.endpoint, run, o.maxAttempts, sc.Expected, st.Acked)
+	if err != nil {
+		return 2, err
+	}
+	if o.faultsFile != "" {
+		if b, err := os.ReadFile(o.faultsFile); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				o.faults = n
+			}
+		}
+	}
+	fmt.Printf("scenario=%s sent=%d ok2xx=%d retries=%d faults=%d lost=%d doubled=%d unprocessed=%d needs_review=%d receipt_lost=%d wrong=%d anomalies=%d undelivered=%d ambiguous=%d reattempted=%d events=%d receipts=%d non2xx=%s seed=%d\n",
+		o.scenario, st.Sent, st.OK2xx, st.Retries, o.faults, r.Lost, r.Doubled, r.Unprocessed, r.NeedsReview,
+		r.ReceiptLost, r.Wrong, r.Anomalies, st.Undelivered, st.Ambiguous, r.Reattempted, len(sc.Events), r.Receipts, st.Statuses, o.seed)
+	if r.failed() || st.Undelivered > 0 {
+		return 1, errors.New("check failed: see the figures line")
+	}
+	return 0, nil
+}
