@@ -38,7 +38,7 @@ if [ -d e2e ] && [ "${BENCH_COLDSTART:-1}" = 1 ]; then
   echo "measuring cold starts under the Lambda runtime emulator (e2e suite)..." >&2
   report="$PWD/.tmp/coldstart.md"
   rm -f "$report"
-  if TEST_DATABASE_URL="$server" E2E_REPORT="$report" go test -count=1 -run 'ColdStart|Init|Webhook' ./e2e/ >/dev/null 2>&1 && [ -f "$report" ]; then
+  if TEST_DATABASE_URL="$server" E2E_REPORT="$report" go test -count=1 ./e2e/ >/dev/null 2>&1 && [ -f "$report" ]; then
     coldstart=$report
   fi
 fi

@@ -81,20 +81,14 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			return err
 		}
 		defer pool.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			every(ctx, cfg.WorkerInterval, func() {
-				runCtx, cancel := context.WithTimeout(ctx, cfg.WorkerTimeout)
-				defer cancel()
-				s, err := w.Run(runCtx)
-				if err != nil && ctx.Err() == nil {
-					logger.Error("worker run failed", "error", err)
-				} else if s.Processed+s.Ignored+s.Failed > 0 {
-					logger.Info("worker run", "summary", s)
-				}
-			})
-		}()
+		schedule(ctx, &wg, cfg.WorkerInterval, cfg.WorkerTimeout, func(runCtx context.Context) {
+			s, err := w.Run(runCtx)
+			if err != nil && ctx.Err() == nil {
+				logger.Error("worker run failed", "error", err)
+			} else if s.Processed+s.Ignored+s.Failed > 0 {
+				logger.Info("worker run", "summary", s)
+			}
+		})
 		fmt.Printf("worker running every %s\n", cfg.WorkerInterval)
 	}
 	if cfg.Runs("purge") {
@@ -103,15 +97,9 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			return err
 		}
 		defer pool.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			every(ctx, cfg.PurgeInterval, func() {
-				runCtx, cancel := context.WithTimeout(ctx, cfg.PurgeTimeout)
-				defer cancel()
-				_, _ = p.Run(runCtx) // Run logs its summary or its error
-			})
-		}()
+		schedule(ctx, &wg, cfg.PurgeInterval, cfg.PurgeTimeout, func(runCtx context.Context) {
+			_, _ = p.Run(runCtx) // Run logs its summary or its error
+		})
 		fmt.Printf("purge running every %s (retention %s)\n", cfg.PurgeInterval, cfg.Purge.Purge.Retention)
 	}
 	select {
@@ -124,18 +112,26 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 	return nil
 }
 
-// every calls fn now and then every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		fn()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// schedule stands in for an EventBridge rule: it invokes fn now and then
+// every interval until ctx ends, each time with a context that ends after
+// timeout, as a Lambda invocation's does.
+func schedule(ctx context.Context, wg *sync.WaitGroup, interval, timeout time.Duration, fn func(context.Context)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			runCtx, cancel := context.WithTimeout(ctx, timeout)
+			fn(runCtx)
+			cancel()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
-	}
+	}()
 }
 
 func applyMigrations(ctx context.Context, url string, logger *slog.Logger) error {

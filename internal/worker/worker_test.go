@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,8 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	db := pgtest.DB(t)
-	pool, err := database.Open(context.Background(), database.Config{URL: db.URL, MaxConns: 10}, nil)
+	// As config.LoadWorker configures it.
+	pool, err := database.Open(context.Background(), database.Config{URL: db.URL, MaxConns: 10, PreparedStatements: true}, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}, batchSize: testBatchSize(t)}
@@ -56,7 +58,7 @@ func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.C
 		cfg.Lease = time.Minute
 	}
 	if cfg.BatchSize == 0 && b.batchSize > 0 {
-		cfg.BatchSize = min(b.batchSize, max(cfg.ClaimLimit, worker.DefaultClaimLimit))
+		cfg.BatchSize = b.batchSize // only ever 1 (TestEveryTestAtBatchSizeOne)
 	}
 	cfg = cfg.WithDefaults()
 	require.NoError(t, cfg.Validate())
@@ -64,7 +66,11 @@ func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.C
 		reg = handlers.Default()
 	}
 	em := metrics.New(b.metrics, "Test", map[string]string{"Service": "worker"})
-	return worker.New(b.pool, reg, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), em)
+	var logOut io.Writer = io.Discard
+	if os.Getenv("INBOX_TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	return worker.New(b.pool, reg, cfg, slog.New(slog.NewJSONHandler(logOut, nil)), em)
 }
 
 // receive stores an event as the webhook would: signed, verified, stored.
@@ -370,7 +376,7 @@ func TestSecondWorkerWaitsForTheRowLockThenSeesItDone(t *testing.T) {
 		o, _ := wB.Process(context.Background(), b.db.Connect(t), claimed[0])
 		doneB <- o
 	}()
-	waitForLockWaiter(t, b.db)
+	b.db.WaitForLockWaiter(t)
 	close(release)
 	require.Equal(t, worker.Applied, <-doneA)
 	require.Equal(t, worker.AlreadyDone, <-doneB)
@@ -506,21 +512,6 @@ func lastEMF(t *testing.T, buf *bytes.Buffer) string {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.NotEmpty(t, lines[len(lines)-1], "no EMF line written")
 	return lines[len(lines)-1]
-}
-
-func waitForLockWaiter(t *testing.T, db *pgtest.Database) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		require.NoError(t, db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no session started waiting on a lock")
 }
 
 // future is a "now" safely after the receipts' received_at, at microsecond

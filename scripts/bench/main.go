@@ -234,7 +234,7 @@ func resetBacklog(ctx context.Context) {
 }
 
 func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.Duration) {
-	pool := open(ctx, int32(drainers+1))
+	pool := openWorkerPool(ctx, int32(drainers+1))
 	defer pool.Close()
 	cfg := worker.Config{Concurrency: drainers, ClaimLimit: 10, BatchSize: batch}.WithDefaults()
 	check(cfg.Validate())
@@ -347,7 +347,7 @@ func scale(ctx context.Context, out io.Writer) {
 
 		// Drain 3000 rows of the backlog with 4 drainers, batch 10.
 		ctxRun, cancel := context.WithTimeout(ctx, 60*time.Second)
-		pool := open(ctx, 5)
+		pool := openWorkerPool(ctx, 5)
 		cfg := worker.Config{Concurrency: 4, ClaimLimit: 10, BatchSize: 10, DeadlineMargin: 30 * time.Second, StatementTimeout: 10 * time.Second}.WithDefaults()
 		w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
 		// Bound the run by deadline: ~ 30s of draining.
@@ -508,6 +508,13 @@ func pool0(ctx context.Context) *pgxpool.Pool {
 
 func open(ctx context.Context, conns int32) *pgxpool.Pool {
 	p, err := database.Open(ctx, database.Config{URL: *dbURL, MaxConns: conns}, nil)
+	check(err)
+	return p
+}
+
+// openWorkerPool opens a pool configured as the worker's (config.LoadWorker).
+func openWorkerPool(ctx context.Context, conns int32) *pgxpool.Pool {
+	p, err := database.Open(ctx, database.Config{URL: *dbURL, MaxConns: conns, PreparedStatements: true}, nil)
 	check(err)
 	return p
 }
