@@ -159,14 +159,20 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 }
 
 // applyInSavepoint runs one locked receipt's handler under a savepoint of tx,
-// rolling back to it on error. Savepoints are not released one by one (that
-// would cost a round trip each): the commit releases them all.
+// rolling back to it on error. The SAVEPOINT travels in the same round trip
+// as the handler's first statement (savepointDB), and savepoints are not
+// released one by one (the commit releases them all), so a savepoint costs
+// no round trip of its own.
 func (w *Worker) applyInSavepoint(ctx context.Context, tx pgx.Tx, c inbox.Claimed, l inbox.Locked) (handlers.Result, error) {
-	if _, err := tx.Exec(ctx, "SAVEPOINT receipt"); err != nil {
-		return handlers.Result{}, fmt.Errorf("savepoint: %w", err)
-	}
-	res, err := w.handlers.Apply(ctx, tx, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})
+	db := &savepointDB{tx: tx}
+	res, err := w.handlers.Apply(ctx, db, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})
 	if err != nil {
+		if !db.sent {
+			// The handler failed before its first statement: it changed
+			// nothing, and there is no savepoint of its own to roll back to
+			// (rolling back to the name would undo the previous receipt).
+			return handlers.Result{}, err
+		}
 		if _, rerr := tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT receipt"); rerr != nil {
 			return handlers.Result{}, fmt.Errorf("%w (and rolling back to the savepoint: %v)", err, rerr)
 		}
@@ -174,6 +180,84 @@ func (w *Worker) applyInSavepoint(ctx context.Context, tx pgx.Tx, c inbox.Claime
 	}
 	return res, nil
 }
+
+// savepointDB is the handlers.DB of one receipt in a batch: it sends
+// "SAVEPOINT receipt" pipelined with the first statement the handler runs.
+type savepointDB struct {
+	tx   pgx.Tx
+	sent bool
+}
+
+const savepointSQL = "SAVEPOINT receipt"
+
+// first sends the savepoint and sql in one pipeline and returns the results
+// positioned at sql's.
+func (s *savepointDB) first(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	s.sent = true
+	b := &pgx.Batch{}
+	b.Queue(savepointSQL)
+	b.Queue(sql, args...)
+	br := s.tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, fmt.Errorf("savepoint: %w", err)
+	}
+	return br, nil
+}
+
+func (s *savepointDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if s.sent {
+		return s.tx.Exec(ctx, sql, args...)
+	}
+	br, err := s.first(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+func (s *savepointDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if s.sent {
+		return s.tx.QueryRow(ctx, sql, args...)
+	}
+	br, err := s.first(ctx, sql, args)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+func (s *savepointDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !s.sent {
+		s.sent = true
+		if _, err := s.tx.Exec(ctx, savepointSQL); err != nil {
+			return nil, fmt.Errorf("savepoint: %w", err)
+		}
+	}
+	return s.tx.Query(ctx, sql, args...)
+}
+
+// batchRow scans the row and then closes the pipeline it came from.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // apply is the body shared by Process and ProcessBatch: lock, re-check,
 // handle, mark.

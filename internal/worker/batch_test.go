@@ -16,6 +16,7 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
@@ -153,4 +154,21 @@ func TestBatchWithAReceiptHeldElsewhereProcessesTheOthers(t *testing.T) {
 	}
 	require.Equal(t, 2, b.db.Count(t, "ledger_entries", ""))
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_h2' AND processed_at IS NULL"))
+}
+
+func TestReceiptFailingBeforeAnyStatementDoesNotUndoTheOneBeforeIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Batches run in object-id order: in_a (applied), then in_b, whose
+	// payload fails to parse before the handler sends anything.
+	b.receive(t, paid("evt_a", "in_a"))
+	b.receive(t, stripetest.Event("evt_b", "invoice.paid", map[string]any{"id": "in_b", "object": "invoice", "amount_paid": "not a number"}))
+	b.receive(t, paid("evt_c", "in_c"))
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, ClaimLimit: 3, BatchSize: 3})
+	s := b.run(t, w)
+	require.Equal(t, 2, s.Processed)
+	require.Equal(t, 1, s.Failed)
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_a'"), "the receipt before the failure keeps its effect")
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_c'"))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_b' AND processed_at IS NULL AND last_error LIKE 'bad_payload:%'"))
 }

@@ -39,10 +39,10 @@ const (
 	DefaultConcurrency      = 4
 	DefaultMaxAttempts      = 10
 	DefaultLease            = 2 * time.Minute
-	DefaultStatementTimeout = 10 * time.Second
+	DefaultStatementTimeout = 4 * time.Second
 	DefaultDeadlineMargin   = 30 * time.Second
-	DefaultClaimLimit       = 10
-	DefaultBatchSize        = 10
+	DefaultClaimLimit       = 25
+	DefaultBatchSize        = 25
 	DefaultBackoffBase      = 2 * time.Second
 	DefaultBackoffCap       = 5 * time.Minute
 )

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ var (
 	quick     = flag.Bool("quick", false, "smaller sizes (a smoke run)")
 	coldStart = flag.String("coldstart", "", "file with cold-start figures from the e2e suite (E2E_REPORT), if any")
 	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,scale,purge,cold); default all")
+	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
 	quiet     = slog.New(slog.NewTextHandler(io.Discard, nil))
 )
 
@@ -65,6 +67,12 @@ func main() {
 	ctx := context.Background()
 	if *dbURL == "" {
 		fail(fmt.Errorf("-db is required"))
+	}
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
 	}
 	conn, err := pgx.Connect(ctx, *dbURL)
 	check(err)
@@ -236,7 +244,9 @@ func resetBacklog(ctx context.Context) {
 func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.Duration) {
 	pool := openWorkerPool(ctx, int32(drainers+1))
 	defer pool.Close()
-	cfg := worker.Config{Concurrency: drainers, ClaimLimit: 10, BatchSize: batch}.WithDefaults()
+	// The worker's defaults (claims of 25), with the batch size given; 0 is
+	// the default batch.
+	cfg := worker.Config{Concurrency: drainers, BatchSize: batch}.WithDefaults()
 	check(cfg.Validate())
 	w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
 	start := time.Now()
@@ -263,13 +273,13 @@ func drain(ctx context.Context, out io.Writer) {
 		rate1 := float64(s1.Processed+s1.Ignored) / e1.Seconds()
 		perRow[d] = rate1
 		resetBacklog(ctx)
-		s10, e10 := runWorker(ctx, d, 10)
+		s10, e10 := runWorker(ctx, d, 0)
 		rate10 := float64(s10.Processed+s10.Ignored) / e10.Seconds()
 		limit := pgbenchDrain(ctx, d, n)
 		t.add(strconv.Itoa(d), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
 			fmt.Sprintf("%d+%d", s10.Processed, s10.Ignored))
 	}
-	t.print(out, "drainers", "per-row receipts/s (batch 1)", "batched receipts/s (batch 10)", "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "processed")
+	t.print(out, "drainers", "per-row receipts/s (batch 1)", fmt.Sprintf("batched receipts/s (batch %d)", worker.DefaultBatchSize), "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "processed")
 }
 
 // pgbenchDrain loads n invoice.paid receipts under endpoint 'pgbench' and
@@ -331,13 +341,13 @@ func scale(ctx context.Context, out io.Writer) {
 			  FROM generate_series(1, $2) g`, string(samplePayload("evt_q")), pending)
 		exec0(ctx, "VACUUM ANALYZE webhook_inbox")
 
-		// Claim latency: 200 claims of 10 rows on one connection.
+		// Claim latency: 200 default-sized claims on one connection.
 		conn, err := pgx.Connect(ctx, *dbURL)
 		check(err)
 		var lat []time.Duration
 		for range 200 {
 			t0 := time.Now()
-			_, err := inbox.Claim(ctx, conn, inbox.ClaimParams{MaxAttempts: 10, Limit: 10, Lease: time.Hour})
+			_, err := inbox.Claim(ctx, conn, inbox.ClaimParams{MaxAttempts: 10, Limit: worker.DefaultClaimLimit, Lease: time.Hour})
 			check(err)
 			lat = append(lat, time.Since(t0))
 		}
@@ -345,10 +355,10 @@ func scale(ctx context.Context, out io.Writer) {
 		slices.Sort(lat)
 		exec0(ctx, "UPDATE webhook_inbox SET attempts = 0, available_at = now() WHERE processed_at IS NULL")
 
-		// Drain 3000 rows of the backlog with 4 drainers, batch 10.
+		// Drain the backlog with 4 drainers until 30 s before the deadline.
 		ctxRun, cancel := context.WithTimeout(ctx, 60*time.Second)
 		pool := openWorkerPool(ctx, 5)
-		cfg := worker.Config{Concurrency: 4, ClaimLimit: 10, BatchSize: 10, DeadlineMargin: 30 * time.Second, StatementTimeout: 10 * time.Second}.WithDefaults()
+		cfg := worker.Config{Concurrency: 4}.WithDefaults()
 		w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
 		// Bound the run by deadline: ~ 30s of draining.
 		start := time.Now()
@@ -378,7 +388,7 @@ func scale(ctx context.Context, out io.Writer) {
 			fmt.Fprintln(out)
 		}
 	}
-	t.print(out, "table", "claim p50 ms", "claim p99 ms", "drain receipts/s (4 drainers, batch 10, 30 s)", "processed")
+	t.print(out, "table", "claim p50 ms", "claim p99 ms", "drain receipts/s (4 drainers, default batch, 30 s)", "processed")
 }
 
 // ------------------------------------------------------------------- purge
