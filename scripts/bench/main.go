@@ -260,22 +260,29 @@ func drain(ctx context.Context, out io.Writer) {
 	if *quick {
 		n = 600
 	}
-	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles, duplicates, separate Event objects, refunds)\n\n", n)
+	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles, duplicates, separate Event objects, refunds); median of 3 runs\n\n", n)
 	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions (claim one row in its own transaction, then lock, upsert the invoice, book, queue, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
 	fmt.Fprintln(out)
 	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
 	load(ctx, backlog(n))
 	var t table
-	perRow := map[int]float64{}
 	for _, d := range []int{1, 4, 8} {
-		resetBacklog(ctx)
-		s1, e1 := runWorker(ctx, d, 1)
-		rate1 := float64(s1.Processed+s1.Ignored) / e1.Seconds()
-		perRow[d] = rate1
-		resetBacklog(ctx)
-		s10, e10 := runWorker(ctx, d, 0)
-		rate10 := float64(s10.Processed+s10.Ignored) / e10.Seconds()
-		limit := pgbenchDrain(ctx, d, n)
+		// Median of three runs each, interleaved, so that a burst of noise
+		// on a shared machine does not decide the ratio.
+		var rates1, rates10, limits []float64
+		var last worker.Summary
+		for range 3 {
+			resetBacklog(ctx)
+			s1, e1 := runWorker(ctx, d, 1)
+			rates1 = append(rates1, float64(s1.Processed+s1.Ignored)/e1.Seconds())
+			resetBacklog(ctx)
+			s10, e10 := runWorker(ctx, d, 0)
+			rates10 = append(rates10, float64(s10.Processed+s10.Ignored)/e10.Seconds())
+			last = s10
+			limits = append(limits, pgbenchDrain(ctx, d, n))
+		}
+		rate1, rate10, limit := median(rates1), median(rates10), median(limits)
+		s10 := last
 		t.add(strconv.Itoa(d), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
 			fmt.Sprintf("%d+%d", s10.Processed, s10.Ignored))
 	}
@@ -576,6 +583,12 @@ func runPgbench(ctx context.Context, script string, args ...string) pgbenchResul
 	}
 	tps, _ := strconv.ParseFloat(string(m[1]), 64)
 	return pgbenchResult{tps: tps}
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
