@@ -171,15 +171,18 @@ WORKER_ENV=(
 # start_webhook NAME DBURL [VAR=value...]: starts a webhook process and waits
 # (bounded) for its "listening" line; sets WEBHOOK_URL.
 start_webhook() {
-  local name=$1 url=$2 port i
+  local name=$1 url=$2 i addr
   shift 2
-  port=$(free_port) || die "no free port"
-  env DATABASE_URL="$url" LOCAL_COMPONENTS=webhook LISTEN_ADDR="127.0.0.1:$port" \
+  # Port 0: the kernel picks a free port, and the runner prints the address
+  # it got ("listening on http://127.0.0.1:PORT/billing ..."): no race with
+  # another process between choosing a port and binding it.
+  env DATABASE_URL="$url" LOCAL_COMPONENTS=webhook LISTEN_ADDR="127.0.0.1:0" \
     WEBHOOK_ENDPOINT=billing LOG_LEVEL=warn "$@" \
     "$OUT/local" >"$SLOGS/$name.log" 2>&1 &
   PIDS[$name]=$!
   for i in $(seq 1 300); do
-    grep -q "listening" "$SLOGS/$name.log" 2>/dev/null && { WEBHOOK_URL="http://127.0.0.1:$port/billing"; return 0; }
+    addr=$(sed -n 's|^listening on \(http://[^ ]*\) .*|\1|p' "$SLOGS/$name.log" 2>/dev/null | head -1)
+    if [ -n "$addr" ]; then WEBHOOK_URL=$addr; return 0; fi
     kill -0 "${PIDS[$name]}" 2>/dev/null || break
     sleep 0.1
   done

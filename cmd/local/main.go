@@ -55,7 +55,7 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		defer hook.Pool.Close()
 		ln, err := net.Listen("tcp", cfg.ListenAddr)
 		if err != nil {
-			return fmt.Errorf("listening on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
+			return fmt.Errorf("cannot serve on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 		}
 		srv := &http.Server{Handler: webhook.HTTPHandler(hook.Handler), ReadHeaderTimeout: 10 * time.Second}
 		wg.Add(1)

@@ -35,7 +35,7 @@ pg__install() {
 
 pg__free_port() {
   local port
-  for port in $(seq 55432 55532); do
+  for port in $(seq "${1:-55432}" 55532); do
     if ! (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then echo "$port"; return 0; fi
   done
   return 1
@@ -71,10 +71,20 @@ pg_start_throwaway() {
   [ "$(id -u)" = 0 ] && chown postgres "$dir"
   pg__as_owner "$PG_BINDIR/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; return 1; }
-  opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300"
-  for o in "$@"; do opts="$opts -c $o"; done
-  pg__as_owner "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "$opts" -w -t 60 start >/dev/null \
-    || { cat "$dir/server.log" >&2; return 1; }
+  # A port that looked free can be taken before the server binds it (another
+  # suite starting at the same moment): then try the next one.
+  local try
+  for try in 1 2 3 4 5; do
+    opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300"
+    for o in "$@"; do opts="$opts -c $o"; done
+    if pg__as_owner "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "$opts" -w -t 60 start >/dev/null; then
+      break
+    fi
+    if [ "$try" = 5 ] || ! grep -q "could not bind\|could not create any TCP/IP sockets" "$dir/server.log"; then
+      cat "$dir/server.log" >&2; return 1
+    fi
+    port=$(pg__free_port "$((port + 1))") || { pg__log "no free port"; return 1; }
+  done
   PG_THROWAWAY_DIR=$dir
   PG_THROWAWAY_PORT=$port
   export PG_BINDIR PG_THROWAWAY_DIR PG_THROWAWAY_PORT
