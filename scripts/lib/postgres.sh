@@ -113,7 +113,11 @@ pg_find_or_start() {
     pg__log "using the PostgreSQL on 127.0.0.1:5432"
     export "$var=$url"; return 0
   fi
-  pg__log "nothing answers on 127.0.0.1:5432; starting a throwaway cluster"
+  if [ "${PG_THROWAWAY:-0}" = 1 ]; then
+    pg__log "PG_THROWAWAY=1: starting a throwaway cluster"
+  else
+    pg__log "nothing answers on 127.0.0.1:5432; starting a throwaway cluster"
+  fi
   # fsync off: a test cluster is thrown away, and its durability is not what is tested.
   trap pg_stop_throwaway EXIT
   trap 'exit 130' INT TERM
