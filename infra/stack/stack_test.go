@@ -186,7 +186,7 @@ func TestEnvironmentContract(t *testing.T) {
 	require.Equal(t, "2", webhook["DB_MAX_CONNS"])
 
 	require.Equal(t, map[string]any{
-		"WORKER_CONCURRENCY": "4", "MAX_ATTEMPTS": "10", "LEASE": "2m", "STATEMENT_TIMEOUT": "4s",
+		"WORKER_CONCURRENCY": "4", "MAX_ATTEMPTS": "10", "LEASE": "2m", "STATEMENT_TIMEOUT": "2s",
 		"DEADLINE_MARGIN": "30s", "DB_MAX_CONNS": "5",
 	}, pick(environment(fns["worker"]), "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "LEASE", "STATEMENT_TIMEOUT", "DEADLINE_MARGIN", "DB_MAX_CONNS"))
 	require.Equal(t, map[string]any{"RETENTION_DAYS": "30", "PURGE_BATCH_SIZE": "1000", "SCRUB_PAYLOAD_AFTER_DAYS": "0"},

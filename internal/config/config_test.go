@@ -102,7 +102,7 @@ func TestWorkerErrorsSayWhatToFix(t *testing.T) {
 	}{
 		"lease shorter than statement timeout": {env("DATABASE_URL", localDB, "LEASE", "10s", "STATEMENT_TIMEOUT", "30s"), "LEASE=10s must be longer than STATEMENT_TIMEOUT=30s"},
 		"lease shorter than a claim's work":    {env("DATABASE_URL", localDB, "LEASE", "1m", "STATEMENT_TIMEOUT", "30s", "CLAIM_LIMIT", "4"), "CLAIM_LIMIT x STATEMENT_TIMEOUT"},
-		"margin too short":                     {env("DATABASE_URL", localDB, "DEADLINE_MARGIN", "3s"), "DEADLINE_MARGIN=3s must be longer than STATEMENT_TIMEOUT=4s"},
+		"margin too short":                     {env("DATABASE_URL", localDB, "DEADLINE_MARGIN", "1s"), "DEADLINE_MARGIN=1s must be longer than STATEMENT_TIMEOUT=2s"},
 		"too few connections":                  {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "4", "DB_MAX_CONNS", "2"), "WORKER_CONCURRENCY+1 = 5"},
 		"bad concurrency":                      {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "0"), "WORKER_CONCURRENCY=\"0\""},
 		"backoff":                              {env("DATABASE_URL", localDB, "BACKOFF_BASE", "10m", "BACKOFF_CAP", "1m"), "need 0 < base <= cap"},

@@ -39,10 +39,10 @@ const (
 	DefaultConcurrency      = 4
 	DefaultMaxAttempts      = 10
 	DefaultLease            = 2 * time.Minute
-	DefaultStatementTimeout = 4 * time.Second
+	DefaultStatementTimeout = 2 * time.Second
 	DefaultDeadlineMargin   = 30 * time.Second
-	DefaultClaimLimit       = 25
-	DefaultBatchSize        = 25
+	DefaultClaimLimit       = 50
+	DefaultBatchSize        = 50
 	DefaultBackoffBase      = 2 * time.Second
 	DefaultBackoffCap       = 5 * time.Minute
 )

@@ -49,7 +49,7 @@ func setup(t *testing.T) *testBundle {
 func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.Config) *worker.Worker {
 	t.Helper()
 	if cfg.StatementTimeout == 0 {
-		cfg.StatementTimeout = 2 * time.Second
+		cfg.StatementTimeout = time.Second
 	}
 	if cfg.DeadlineMargin == 0 {
 		cfg.DeadlineMargin = 6 * time.Second
@@ -400,7 +400,7 @@ func TestStatementTimeoutIsRecordedAndRowStaysUnprocessed(t *testing.T) {
 		_, err = tx.Exec(ctx, "SELECT pg_sleep(5)")
 		return res, err
 	}
-	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: 6 * time.Second})
+	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: 12 * time.Second})
 	s := b.run(t, w)
 	require.Equal(t, 1, s.Failed)
 	var lastErr string
@@ -426,7 +426,7 @@ func TestFailureRecordingGivesUpWhenAnotherWorkerHoldsTheRow(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "SELECT 1 FROM webhook_inbox WHERE event_id = 'evt_held' FOR UPDATE")
 	require.NoError(t, err)
-	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: 6 * time.Second})
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: 12 * time.Second})
 	conn := b.db.Connect(t)
 	outcome, _ := w.Process(ctx, conn, claimed[0])
 	require.Equal(t, worker.Failed, outcome)
