@@ -13,8 +13,6 @@ package handlers
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -75,9 +73,6 @@ func Default() Registry {
 		"refund.created":               refundCreated,
 	}
 }
-
-// Types lists the registered event types, sorted.
-func (r Registry) Types() []string { return slices.Sorted(maps.Keys(r)) }
 
 // Apply runs the handler for ev.Type, or reports Ignored when there is none.
 func (r Registry) Apply(ctx context.Context, tx DB, ev Event) (Result, error) {

@@ -115,17 +115,6 @@ func Stats(ctx context.Context, db DB, maxAttempts int, now *time.Time) (Backlog
 	return b, nil
 }
 
-// ResetNeedsReview makes receipts that used up their attempts claimable again
-// with a fresh count; empty endpoint or eventID match all. It returns how
-// many rows it reset.
-func ResetNeedsReview(ctx context.Context, db DB, maxAttempts int, endpoint, eventID string) (int64, error) {
-	tag, err := db.Exec(ctx, resetNeedsReview, maxAttempts, nullable(endpoint), nullable(eventID))
-	if err != nil {
-		return 0, fmt.Errorf("resetting receipts that need review: %w", err)
-	}
-	return tag.RowsAffected(), nil
-}
-
 func keyArrays(keys []Key) (ps, es, ids []string) {
 	ps, es, ids = make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {

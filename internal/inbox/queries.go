@@ -88,17 +88,6 @@ SELECT count(*) FILTER (WHERE attempts < $1),
   FROM webhook_inbox
  WHERE processed_at IS NULL`
 
-// resetNeedsReview: $1 max_attempts, $2 endpoint (NULL for all), $3 event_id
-// (NULL for all). Gives rows that used up their attempts a fresh start, after
-// an operator has fixed the cause.
-const resetNeedsReview = `
-UPDATE webhook_inbox
-   SET attempts = 0, available_at = now()
- WHERE processed_at IS NULL
-   AND attempts >= $1
-   AND ($2::text IS NULL OR endpoint = $2)
-   AND ($3::text IS NULL OR event_id = $3)`
-
 // lockReceipts: $1 providers, $2 endpoints, $3 event_ids. Locks the given
 // receipts that are still unprocessed, waiting for concurrent holders, in
 // business-key order (so concurrent batches lock in one order), and returns
