@@ -97,35 +97,46 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event) (Result, e
 // invoice. The outbox row is written only when the entry is newly booked, so
 // a second Event object for the same payment notifies no one twice. A payment
 // on a void invoice books nothing and raises an anomaly.
+//
+// The common case (the invoice moves to paid) is one statement; a refused
+// transition takes a second one to read the status it was refused from.
 func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 	inv, err := parseInvoice(ev)
 	if err != nil {
 		return Result{}, err
 	}
-	var status string
-	err = tx.QueryRow(ctx, payInvoice, inv.ID, inv.customer(), "paid", nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, fromForPaid).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = tx.QueryRow(ctx, invoiceStatus, inv.ID).Scan(&status)
-	}
-	if err != nil {
-		return Result{}, fmt.Errorf("moving invoice %s to paid: %w", inv.ID, err)
-	}
-	if status != "paid" {
-		detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid, "currency": inv.Currency})
-		if _, err := tx.Exec(ctx, raiseAnomaly, "payment_on_"+status+"_invoice", inv.ID, ev.Endpoint, ev.ID, string(detail)); err != nil {
-			return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID, err)
-		}
-		return Result{Outcome: Applied, Anomaly: true}, nil
-	}
 	payload, _ := json.Marshal(map[string]any{
 		"invoice_id": inv.ID, "customer_id": inv.customer(), "amount": inv.AmountPaid, "currency": inv.Currency, "event_id": ev.ID,
 	})
-	var outboxID int64
-	err = tx.QueryRow(ctx, bookAndNotify, inv.ID, "payment", inv.AmountPaid, nullIfEmpty(inv.Currency), ev.ID, "InvoicePaymentBooked", string(payload)).Scan(&outboxID)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) { // no row: already booked, nobody to notify again
-		return Result{}, fmt.Errorf("booking the payment of invoice %s: %w", inv.ID, err)
+	var moved bool
+	err = tx.QueryRow(ctx, payInvoice, inv.ID, inv.customer(), "paid", nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, fromForPaid,
+		ev.ID, "InvoicePaymentBooked", string(payload)).Scan(&moved)
+	if err != nil {
+		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID, err)
 	}
-	return Result{Outcome: Applied}, nil
+	if moved {
+		return Result{Outcome: Applied}, nil
+	}
+	var status string
+	if err := tx.QueryRow(ctx, invoiceStatus, inv.ID).Scan(&status); err != nil {
+		return Result{}, fmt.Errorf("reading the status of invoice %s: %w", inv.ID, err)
+	}
+	if status == "paid" {
+		// Paid by another event (a redelivery, or a second Event object for
+		// the same payment), which booked it in its own transaction: the
+		// ledger's unique key keeps this from booking it twice.
+		var outboxID int64
+		err = tx.QueryRow(ctx, bookAndNotify, inv.ID, "payment", inv.AmountPaid, nullIfEmpty(inv.Currency), ev.ID, "InvoicePaymentBooked", string(payload)).Scan(&outboxID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) { // no row: already booked, nobody to notify again
+			return Result{}, fmt.Errorf("booking the payment of invoice %s: %w", inv.ID, err)
+		}
+		return Result{Outcome: Applied}, nil
+	}
+	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid, "currency": inv.Currency})
+	if _, err := tx.Exec(ctx, raiseAnomaly, "payment_on_"+status+"_invoice", inv.ID, ev.Endpoint, ev.ID, string(detail)); err != nil {
+		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID, err)
+	}
+	return Result{Outcome: Applied, Anomaly: true}, nil
 }
 
 // book inserts a ledger entry and reports whether it is new.

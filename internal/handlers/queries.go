@@ -25,14 +25,27 @@ ON CONFLICT (id) DO UPDATE
        updated_at  = now()
  WHERE i.status = ANY ($7::text[])`
 
-// payInvoice: the parameters of upsertInvoice, with target 'paid'. Moves the
-// invoice to paid (or creates it paid) and returns 'paid' when it did. When
-// the transition is refused (the invoice is void, or already paid) it returns
-// no row; ON CONFLICT DO UPDATE has still locked the row, and the caller reads
-// its status with invoiceStatus in a new statement (whose snapshot sees the
+// payInvoice: the parameters of upsertInvoice with target 'paid', then
+// $8 event_id, $9 outbox event_type, $10 outbox payload. In one statement:
+// moves the invoice to paid (or creates it paid), books the payment and
+// queues the notification, and returns true. When the transition is refused
+// (the invoice is void, or already paid) it books nothing and returns false;
+// ON CONFLICT DO UPDATE has still locked the row, and the caller reads its
+// status with invoiceStatus in a new statement (whose snapshot sees the
 // latest committed version; this statement's may be older).
-const payInvoice = upsertInvoice + `
-RETURNING i.status`
+const payInvoice = `
+WITH paid AS (` + upsertInvoice + `
+RETURNING i.id
+), booked AS (
+INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+SELECT id, 'payment', $6, $4, $8 FROM paid
+ON CONFLICT DO NOTHING
+RETURNING id
+), queued AS (
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+SELECT 'Invoice', $1, $9, $10::jsonb FROM booked
+)
+SELECT EXISTS (SELECT FROM paid)`
 
 // invoiceStatus: $1 id. Locks the row so the decision that follows (book or
 // raise an anomaly) cannot race a concurrent transition.
