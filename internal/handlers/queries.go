@@ -28,11 +28,14 @@ ON CONFLICT (id) DO UPDATE
 // payInvoice: the parameters of upsertInvoice with target 'paid', then
 // $8 event_id, $9 outbox event_type, $10 outbox payload. In one statement:
 // moves the invoice to paid (or creates it paid), books the payment and
-// queues the notification, and returns true. When the transition is refused
-// (the invoice is void, or already paid) it books nothing and returns false;
-// ON CONFLICT DO UPDATE has still locked the row, and the caller reads its
-// status with invoiceStatus in a new statement (whose snapshot sees the
-// latest committed version; this statement's may be older).
+// queues the notification. It returns whether it moved the invoice, and the
+// invoice's status as this statement's snapshot saw it (NULL if absent).
+//
+// When the transition is refused, ON CONFLICT DO UPDATE has still locked the
+// row and checked the latest version: that one is paid or void. Both are
+// final, so a snapshot status of paid or void is the latest one. Any other
+// snapshot status means the row changed after the snapshot was taken; the
+// caller then reads it with invoiceStatus in a new statement.
 const payInvoice = `
 WITH paid AS (` + upsertInvoice + `
 RETURNING i.id
@@ -45,7 +48,7 @@ RETURNING id
 INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
 SELECT 'Invoice', $1, $9, $10::jsonb FROM booked
 )
-SELECT EXISTS (SELECT FROM paid)`
+SELECT EXISTS (SELECT FROM paid), (SELECT status FROM invoices WHERE id = $1)`
 
 // invoiceStatus: $1 id. Locks the row so the decision that follows (book or
 // raise an anomaly) cannot race a concurrent transition.
@@ -57,16 +60,6 @@ const bookLedgerEntry = `
 INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING
-RETURNING id`
-
-// bookAndNotify: $1 invoice_id, $2 kind, $3 amount, $4 currency,
-// $5 event_id, $6 outbox event_type, $7 outbox payload. Books the entry and,
-// only when it is new, queues the notification, in one statement; returns a
-// row only when the entry was booked.
-const bookAndNotify = `
-WITH booked AS (` + bookLedgerEntry + `)
-INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-SELECT 'Invoice', $1, $6, $7::jsonb FROM booked
 RETURNING id`
 
 // raiseAnomaly: $1 kind, $2 subject_id, $3 endpoint, $4 event_id, $5 detail.

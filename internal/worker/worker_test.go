@@ -350,6 +350,41 @@ func TestLeaseExpiresAnotherWorkerCompletesFirstResumesAsNoOp(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "attempts = 2 AND processed_at IS NOT NULL AND last_error IS NULL"))
 }
 
+// TestPaidWhileAnotherTransactionVoidsTheInvoice: invoice.paid's statement
+// takes its snapshot while the invoice is open, then waits for the row lock
+// of a transaction that voids it. The transition is refused on the voided
+// row, so the status the snapshot saw (open) is stale: the handler must read
+// the latest one, and raise the anomaly for a void invoice.
+func TestPaidWhileAnotherTransactionVoidsTheInvoice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, "INSERT INTO invoices (id, customer_id, status) VALUES ('in_r', 'cus_1', 'open')")
+	require.NoError(t, err)
+	b.receive(t, paid("evt_race", "in_r"))
+
+	voider, err := b.db.Connect(t).Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = voider.Rollback(ctx) })
+	_, err = voider.Exec(ctx, "UPDATE invoices SET status = 'void' WHERE id = 'in_r'")
+	require.NoError(t, err)
+
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+	done := make(chan worker.Summary, 1)
+	go func() {
+		s, _ := w.Run(ctx)
+		done <- s
+	}()
+	b.db.WaitForLockWaiter(t) // the payment's statement has its snapshot and waits
+	require.NoError(t, voider.Commit(ctx))
+	s := <-done
+	require.Equal(t, 1, s.Processed)
+	require.Equal(t, 1, s.Anomalies)
+	require.Equal(t, "void", b.invoiceStatus(t, "in_r"))
+	require.Equal(t, 0, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 1, b.db.Count(t, "anomalies", "kind = 'payment_on_void_invoice' AND subject_id = 'in_r'"))
+}
+
 func TestSecondWorkerWaitsForTheRowLockThenSeesItDone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
