@@ -60,11 +60,12 @@ UPDATE webhook_inbox
 
 // recordFailure: $1 provider, $2 endpoint, $3 event_id, $4 error text,
 // $5 now, $6 delay in milliseconds. Never touches a row another worker has
-// completed.
+// completed. The delay counts from the failure (clock_timestamp), not from
+// the start of the transaction, which for a batch can be seconds earlier.
 const recordFailure = `
 UPDATE webhook_inbox
    SET last_error   = $4,
-       available_at = coalesce($5::timestamptz, now()) + $6::bigint * interval '1 millisecond'
+       available_at = coalesce($5::timestamptz, clock_timestamp()) + $6::bigint * interval '1 millisecond'
  WHERE provider = $1 AND endpoint = $2 AND event_id = $3
    AND processed_at IS NULL`
 
