@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,8 +32,9 @@ import (
 // A transaction is closed early (committed) once it has run for
 // StatementTimeout, so one slow receipt cannot hold the rest of the batch's
 // locks for long. A deadlock between batches that touch the same objects in
-// another order (PostgreSQL aborts one statement) fails only that receipt,
-// which is retried.
+// another order (PostgreSQL aborts one statement) rolls back only that
+// receipt, which is tried again on its own (as Process does) once the batch
+// has committed and released its locks.
 //
 // It returns one outcome per receipt, in the order given, and whether each
 // raised an anomaly.
@@ -57,9 +59,21 @@ func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox
 // transaction until they are all done or the time budget is spent, commits,
 // and returns how many it took.
 //
-// Round trips per transaction: lock every receipt of the batch in one
-// statement, then per receipt a SAVEPOINT and the handler's statements, then
-// mark all the applied ones processed in one statement, and commit.
+// Round trips: one statement locks every receipt of the batch; then the
+// receipts go in waves, each one round trip that carries, for every receipt
+// of the wave, a SAVEPOINT of its own and its handler's first statement
+// (most handlers need no other); one statement marks all the applied
+// receipts processed; and the commit.
+//
+// The replies of a wave are handed to the handlers in order. A handler that
+// wants a further statement cuts the wave: the receipts after it are rolled
+// back to their savepoints, it finishes on its own, and they are sent again
+// in the next wave, so a receipt's statements always run together under its
+// savepoint. A handler that fails is rolled back to its savepoint (with the
+// receipts after it, which are sent again) and its failure is recorded. The
+// wave size halves after a cut and doubles after a wave without one, so
+// when most handlers need several statements, waves shrink to one receipt
+// and little work is sent twice.
 func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool) int {
 	start := time.Now()
 	var taken int
@@ -69,6 +83,13 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		delay time.Duration
 	}
 	var failures []failure
+	var alone []int // deadlocked: retried on their own after the commit
+	var runs []*handlerRun
+	defer func() {
+		for _, r := range runs {
+			r.stop()
+		}
+	}()
 	err := inTx(ctx, conn, func(tx pgx.Tx) error {
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
 			return err
@@ -81,39 +102,107 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		if err != nil {
 			return err
 		}
+
 		var doneKeys []inbox.Key
 		var doneOutcomes []string
-		for _, i := range order {
-			if taken > 0 && time.Since(start) >= w.cfg.StatementTimeout {
+		// finish settles a receipt whose handler has returned. sp is its
+		// savepoint, if it ran statements.
+		finish := func(it *waveItem, sp string) error {
+			c, r := batch[it.i], it.run
+			if r.err == nil {
+				outcomes[it.i], anomalies[it.i] = Outcome(r.res.Outcome), r.res.Anomaly
+				doneKeys = append(doneKeys, c.Key)
+				doneOutcomes = append(doneOutcomes, string(r.res.Outcome))
+				return nil
+			}
+			if r.statements > 0 {
+				if _, err := tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
+					return fmt.Errorf("%w (and rolling back to the savepoint: %v)", r.err, err)
+				}
+			}
+			if isDeadlock(r.err) {
+				// Rolling back to the savepoint released this receipt's
+				// locks, so the other transaction can go on; it still waits
+				// for this batch's other locks, so the receipt is tried again
+				// on its own once this batch has committed.
+				alone = append(alone, it.i)
+				return nil
+			}
+			text, delay := describe(r.err), w.backoff(c.Attempts)
+			if err := inbox.RecordFailure(ctx, tx, c.Key, text, delay, w.Now()); err != nil {
+				return err // the transaction itself is unusable
+			}
+			outcomes[it.i] = Failed
+			failures = append(failures, failure{it.i, text, delay})
+			return nil
+		}
+
+		var queue []*waveItem // taken receipts whose handlers wait on their first statement
+		size := len(order)
+		for {
+			for len(queue) < size && taken < len(order) && (taken == 0 || time.Since(start) < w.cfg.StatementTimeout) {
+				i := order[taken]
+				taken++
+				if _, ok := locked[batch[i].Key]; !ok {
+					outcomes[i] = AlreadyDone // another worker completed it
+					continue
+				}
+				c := batch[i]
+				l := locked[c.Key]
+				it := &waveItem{i: i, run: startHandler(ctx, w.handlers, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})}
+				runs = append(runs, it.run)
+				if !it.run.done() {
+					queue = append(queue, it)
+				} else if err := finish(it, ""); err != nil { // it returned without a statement
+					return err
+				}
+			}
+			if len(queue) == 0 {
 				break
 			}
-			taken++
-			c := batch[i]
-			l, ok := locked[c.Key]
-			if !ok {
-				outcomes[i] = AlreadyDone // another worker completed it
-				continue
+
+			n := 0
+			for n < min(len(queue), size) && queue[n].run.pending.kind != queryCall {
+				n++
 			}
-			res, err := w.applyInSavepoint(ctx, tx, c, l)
-			if isDeadlock(err) {
-				// Rolling back to the savepoint released this receipt's
-				// locks, so the other transaction can finish; try once more.
-				res, err = w.applyInSavepoint(ctx, tx, c, l)
-			}
+			wave := queue[:max(n, 1)] // a Query (rows) goes alone
+			sent, err := sendWave(ctx, tx, wave)
 			if err != nil {
-				// The savepoint undid this receipt's work; record the
-				// failure in the same transaction.
-				text, delay := describe(err), w.backoff(c.Attempts)
-				if rerr := inbox.RecordFailure(ctx, tx, c.Key, text, delay, w.Now()); rerr != nil {
-					return rerr // the transaction itself is unusable
-				}
-				outcomes[i] = Failed
-				failures = append(failures, failure{i, text, delay})
-				continue
+				return err
 			}
-			outcomes[i], anomalies[i] = Outcome(res.Outcome), res.Anomaly
-			doneKeys = append(doneKeys, c.Key)
-			doneOutcomes = append(doneOutcomes, string(res.Outcome))
+			k, cut := 0, false
+			for k < sent && !cut {
+				it := wave[k]
+				it.run.resume()
+				if !it.run.done() {
+					// It wants another statement: undo the statements of
+					// the receipts after it, and let it finish alone.
+					cut = true
+					if k+1 < sent {
+						if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointName(k+1)); err != nil {
+							return fmt.Errorf("rolling back the rest of a wave: %w", err)
+						}
+					}
+					for !it.run.done() {
+						runDirect(ctx, tx, it.run.pending)
+						it.run.statements++
+						it.run.resume()
+					}
+				}
+				if it.run.err != nil && it.run.statements > 0 {
+					cut = true // rolling back to its savepoint undoes the receipts after it
+				}
+				if err := finish(it, savepointName(k)); err != nil {
+					return err
+				}
+				k++
+			}
+			queue = queue[k:]
+			if cut || sent < len(wave) {
+				size = max(1, size/2)
+			} else {
+				size = min(len(order), size*2)
+			}
 		}
 		return inbox.MarkManyProcessed(ctx, tx, doneKeys, doneOutcomes, w.Now())
 	})
@@ -149,115 +238,65 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 			"needs_review", c.Attempts >= w.cfg.MaxAttempts)
 	}
 	for _, i := range order[:taken] {
-		if outcomes[i] != Failed {
+		if outcomes[i] != Failed && !slices.Contains(alone, i) {
 			c := batch[i]
 			w.logger.InfoContext(ctx, "receipt", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
 				"attempt", c.Attempts, "outcome", outcomes[i], "anomaly", anomalies[i], "batch", taken)
 		}
 	}
+	for _, i := range alone {
+		outcomes[i], anomalies[i] = w.Process(ctx, conn, batch[i])
+	}
 	return taken
 }
 
-// applyInSavepoint runs one locked receipt's handler under a savepoint of tx,
-// rolling back to it on error. The SAVEPOINT travels in the same round trip
-// as the handler's first statement (savepointDB), and savepoints are not
-// released one by one (the commit releases them all), so a savepoint costs
-// no round trip of its own.
-func (w *Worker) applyInSavepoint(ctx context.Context, tx pgx.Tx, c inbox.Claimed, l inbox.Locked) (handlers.Result, error) {
-	db := &savepointDB{tx: tx}
-	res, err := w.handlers.Apply(ctx, db, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})
-	if err != nil {
-		if !db.sent {
-			// The handler failed before its first statement: it changed
-			// nothing, and there is no savepoint of its own to roll back to
-			// (rolling back to the name would undo the previous receipt).
-			return handlers.Result{}, err
+// waveItem is a taken receipt whose handler is running.
+type waveItem struct {
+	i   int // index in the batch
+	run *handlerRun
+}
+
+func savepointName(k int) string { return "receipt_" + strconv.Itoa(k) }
+
+// sendWave sends, in one round trip, a savepoint and the pending call of
+// each handler of the wave, and stores the replies in the calls. It returns
+// how many of them ran: the statements after one that failed did not (the
+// server skips the rest of the pipeline). A lone Query runs directly after
+// its savepoint, since its rows are read while the handler resumes.
+func sendWave(ctx context.Context, tx pgx.Tx, wave []*waveItem) (int, error) {
+	if len(wave) == 1 && wave[0].run.pending.kind == queryCall {
+		if _, err := tx.Exec(ctx, "SAVEPOINT "+savepointName(0)); err != nil {
+			return 0, fmt.Errorf("savepoint: %w", err)
 		}
-		if _, rerr := tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT receipt"); rerr != nil {
-			return handlers.Result{}, fmt.Errorf("%w (and rolling back to the savepoint: %v)", err, rerr)
-		}
-		return handlers.Result{}, err
+		runDirect(ctx, tx, wave[0].run.pending)
+		wave[0].run.statements++
+		return 1, nil
 	}
-	return res, nil
-}
-
-// savepointDB is the handlers.DB of one receipt in a batch: it sends
-// "SAVEPOINT receipt" pipelined with the first statement the handler runs.
-type savepointDB struct {
-	tx   pgx.Tx
-	sent bool
-}
-
-const savepointSQL = "SAVEPOINT receipt"
-
-// first sends the savepoint and sql in one pipeline and returns the results
-// positioned at sql's.
-func (s *savepointDB) first(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
-	s.sent = true
 	b := &pgx.Batch{}
-	b.Queue(savepointSQL)
-	b.Queue(sql, args...)
-	br := s.tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, fmt.Errorf("savepoint: %w", err)
+	for k, it := range wave {
+		b.Queue("SAVEPOINT " + savepointName(k))
+		b.Queue(it.run.pending.sql, it.run.pending.args...)
 	}
-	return br, nil
-}
-
-func (s *savepointDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if s.sent {
-		return s.tx.Exec(ctx, sql, args...)
-	}
-	br, err := s.first(ctx, sql, args)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
-}
-
-func (s *savepointDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if s.sent {
-		return s.tx.QueryRow(ctx, sql, args...)
-	}
-	br, err := s.first(ctx, sql, args)
-	if err != nil {
-		return errRow{err}
-	}
-	return batchRow{row: br.QueryRow(), br: br}
-}
-
-func (s *savepointDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if !s.sent {
-		s.sent = true
-		if _, err := s.tx.Exec(ctx, savepointSQL); err != nil {
-			return nil, fmt.Errorf("savepoint: %w", err)
+	br := tx.SendBatch(ctx, b)
+	sent, failed := 0, false
+	for _, it := range wave {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return sent, fmt.Errorf("savepoint: %w", err)
+		}
+		readResult(br, tx.Conn().TypeMap(), it.run.pending)
+		it.run.statements++
+		sent++
+		if it.run.pending.err != nil {
+			failed = true
+			break
 		}
 	}
-	return s.tx.Query(ctx, sql, args...)
-}
-
-// batchRow scans the row and then closes the pipeline it came from.
-type batchRow struct {
-	row pgx.Row
-	br  pgx.BatchResults
-}
-
-func (r batchRow) Scan(dest ...any) error {
-	err := r.row.Scan(dest...)
-	if cerr := r.br.Close(); err == nil {
-		err = cerr
+	if err := br.Close(); err != nil && !failed {
+		return sent, err
 	}
-	return err
+	return sent, nil
 }
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
 
 // apply is the body shared by Process and ProcessBatch: lock, re-check,
 // handle, mark.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,4 +172,171 @@ func TestReceiptFailingBeforeAnyStatementDoesNotUndoTheOneBeforeIt(t *testing.T)
 	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_a'"), "the receipt before the failure keeps its effect")
 	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_c'"))
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_b' AND processed_at IS NULL AND last_error LIKE 'bad_payload:%'"))
+}
+
+// waveRegistry adds test handlers to the default ones:
+//   - test.note writes one outbox row per run (no unique key, so a second
+//     run that was not rolled back would show as a second row);
+//   - test.multi runs three statements and checks, between them, that no
+//     statement of a later receipt is in effect;
+//   - test.late_failure runs one statement, then one that violates a
+//     constraint;
+//   - test.early_failure's first statement violates a constraint;
+//   - test.rows reads rows with Query, then writes a note.
+func waveRegistry(t *testing.T) handlers.Registry {
+	reg := handlers.Default()
+	note := func(ctx context.Context, tx handlers.DB, id string) error {
+		_, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Test', $1, 'note', '{}')", id)
+		return err
+	}
+	reg["test.note"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		return handlers.Result{Outcome: handlers.Applied}, note(ctx, tx, ev.ID)
+	}
+	reg["test.multi"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		if _, err := tx.Exec(ctx, "INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ($1, 'a', 1, $1)", ev.ID); err != nil {
+			return handlers.Result{}, err
+		}
+		var mine, later int
+		err := tx.QueryRow(ctx, "SELECT count(*) FILTER (WHERE invoice_id = $1), (SELECT count(*) FROM outbox WHERE aggregate_id > $1) FROM ledger_entries", ev.ID).Scan(&mine, &later)
+		if err != nil {
+			return handlers.Result{}, err
+		}
+		if mine != 1 || later != 0 {
+			return handlers.Result{}, fmt.Errorf("between its statements: %d of its own entries, %d notes of later receipts", mine, later)
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ($1, 'b', 1, $1)", ev.ID)
+		return handlers.Result{Outcome: handlers.Applied}, err
+	}
+	reg["test.late_failure"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		if err := note(ctx, tx, ev.ID); err != nil {
+			return handlers.Result{}, err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO invoices (id, status) VALUES ($1, 'paid')", ev.ID) // customer_id is NOT NULL
+		return handlers.Result{Outcome: handlers.Applied}, err
+	}
+	reg["test.early_failure"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		_, err := tx.Exec(ctx, "INSERT INTO invoices (id, status) VALUES ($1, 'paid')", ev.ID)
+		return handlers.Result{Outcome: handlers.Applied}, err
+	}
+	reg["test.rows"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		rows, err := tx.Query(ctx, "SELECT aggregate_id FROM outbox WHERE aggregate_id < $1 ORDER BY 1", ev.ID)
+		if err != nil {
+			return handlers.Result{}, err
+		}
+		var before []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return handlers.Result{}, err
+			}
+			before = append(before, id)
+		}
+		if err := rows.Err(); err != nil {
+			return handlers.Result{}, err
+		}
+		if len(before) != 1 {
+			return handlers.Result{}, fmt.Errorf("notes before it: %v", before)
+		}
+		return handlers.Result{Outcome: handlers.Applied}, note(ctx, tx, ev.ID)
+	}
+	return reg
+}
+
+// TestWavesKeepEachReceiptsStatementsTogether puts each kind of handler
+// between ordinary receipts in one batch. Batches send the first statement
+// of many receipts in one round trip; a handler that needs more statements,
+// or fails, must see none of the later receipts' work, and every later
+// receipt must take effect exactly once.
+func TestWavesKeepEachReceiptsStatementsTogether(t *testing.T) {
+	for _, middle := range []string{"test.multi", "test.late_failure", "test.early_failure", "test.rows"} {
+		t.Run(middle, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			// Batches run in object-id order, which here is event-id order.
+			b.receive(t, stripetest.Event("e1", "test.note", map[string]any{"id": "e1"}))
+			b.receive(t, stripetest.Event("e2", middle, map[string]any{"id": "e2"}))
+			for _, id := range []string{"e3", "e4", "e5"} {
+				b.receive(t, stripetest.Event(id, "test.note", map[string]any{"id": id}))
+			}
+			w := b.newWorker(t, waveRegistry(t), worker.Config{Concurrency: 1, ClaimLimit: 5, BatchSize: 5})
+			s := b.run(t, w)
+
+			for _, id := range []string{"e1", "e3", "e4", "e5"} {
+				require.Equal(t, 1, b.db.Count(t, "outbox", "aggregate_id = '"+id+"'"), id)
+			}
+			switch middle {
+			case "test.multi":
+				require.Equal(t, 5, s.Processed)
+				require.Equal(t, 2, b.db.Count(t, "ledger_entries", "invoice_id = 'e2'"))
+			case "test.rows":
+				require.Equal(t, 5, s.Processed)
+				require.Equal(t, 1, b.db.Count(t, "outbox", "aggregate_id = 'e2'"))
+			default:
+				require.Equal(t, 4, s.Processed)
+				require.Equal(t, 1, s.Failed)
+				require.Equal(t, 0, b.db.Count(t, "outbox", "aggregate_id = 'e2'"), "the failed receipt's first statement rolled back")
+				require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'e2' AND processed_at IS NULL AND last_error LIKE 'pg 23502:%'"))
+			}
+			require.Equal(t, s.Processed, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL"))
+		})
+	}
+}
+
+// TestDeadlockedReceiptIsRetriedOnce makes a receipt of a batch deadlock
+// with another transaction: the receipt's handler locks invoice X then Y,
+// the other transaction holds Y and then asks for X. PostgreSQL aborts the
+// handler's statement (the other transaction waits longer before it checks
+// for deadlocks); the receipt is rolled back to its savepoint, which lets
+// the other transaction go on, and is applied again on its own once the
+// batch has committed. No attempt is used up.
+func TestDeadlockedReceiptIsRetriedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, "INSERT INTO invoices (id, customer_id, status) VALUES ('in_x', 'cus_1', 'open'), ('in_y', 'cus_1', 'open')")
+	require.NoError(t, err)
+
+	other := b.db.Connect(t)
+	tx, err := other.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '60s'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM invoices WHERE id = 'in_y' FOR UPDATE")
+	require.NoError(t, err)
+
+	var runs atomic.Int32
+	holdsX := make(chan struct{})
+	reg := waveRegistry(t)
+	reg["test.deadlock"] = func(ctx context.Context, db handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		if _, err := db.Exec(ctx, "SELECT 1 FROM invoices WHERE id = 'in_x' FOR UPDATE"); err != nil {
+			return handlers.Result{}, err
+		}
+		if runs.Add(1) == 1 {
+			close(holdsX)
+		}
+		_, err := db.Exec(ctx, "SELECT 1 FROM invoices WHERE id = 'in_y' FOR UPDATE")
+		return handlers.Result{Outcome: handlers.Applied}, err
+	}
+	otherDone := make(chan error, 1)
+	go func() {
+		<-holdsX
+		_, err := tx.Exec(ctx, "SELECT 1 FROM invoices WHERE id = 'in_x' FOR UPDATE") // waits: deadlock
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		otherDone <- err
+	}()
+
+	b.receive(t, stripetest.Event("e1", "test.note", map[string]any{"id": "e1"}))
+	b.receive(t, stripetest.Event("e2", "test.deadlock", map[string]any{"id": "e2"}))
+	b.receive(t, stripetest.Event("e3", "test.note", map[string]any{"id": "e3"}))
+	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 3, BatchSize: 3, StatementTimeout: 10 * time.Second, DeadlineMargin: 20 * time.Second})
+	s := b.run(t, w)
+	require.NoError(t, <-otherDone, "the other transaction got its lock once the receipt rolled back")
+	require.Equal(t, int32(2), runs.Load(), "the deadlocked receipt ran twice")
+	require.Equal(t, 3, s.Processed)
+	require.Equal(t, 0, s.Failed)
+	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1 AND last_error IS NULL"))
+	require.Equal(t, 2, b.db.Count(t, "outbox", "aggregate_id IN ('e1', 'e3')"))
 }
