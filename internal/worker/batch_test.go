@@ -340,3 +340,19 @@ func TestDeadlockedReceiptIsRetriedOnce(t *testing.T) {
 	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1 AND last_error IS NULL"))
 	require.Equal(t, 2, b.db.Count(t, "outbox", "aggregate_id IN ('e1', 'e3')"))
 }
+
+// TestBatchWhereEveryHandlerNeedsSeveralStatements: every receipt cuts its
+// wave; each still takes effect once, with its statements together.
+func TestBatchWhereEveryHandlerNeedsSeveralStatements(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 9 {
+		id := fmt.Sprintf("m%d", i)
+		b.receive(t, stripetest.Event(id, "test.multi", map[string]any{"id": id}))
+	}
+	w := b.newWorker(t, waveRegistry(t), worker.Config{Concurrency: 1, ClaimLimit: 9, BatchSize: 9})
+	s := b.run(t, w)
+	require.Equal(t, 9, s.Processed)
+	require.Equal(t, 18, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 9, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1"))
+}

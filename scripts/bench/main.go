@@ -239,6 +239,9 @@ func resetBacklog(ctx context.Context) {
 	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox, anomalies")
 	exec0(ctx, "UPDATE webhook_inbox SET processed_at = NULL, outcome = NULL, attempts = 0, last_error = NULL, available_at = now()")
 	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
+	// Every timed run starts right after a checkpoint, so that none of them
+	// pays for (or escapes) a checkpoint and its full-page writes by chance.
+	exec0(ctx, "CHECKPOINT")
 }
 
 func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.Duration) {
@@ -322,6 +325,7 @@ func pgbenchDrain(ctx context.Context, clients, n int) float64 {
 		SELECT 'stripe', 'pgbench', 'evt_pb_' || g, 'invoice.paid', false, 'in_pb_' || g, $1::jsonb
 		  FROM generate_series(1, $2) g`, string(samplePayload("evt_pb")), total)
 	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
+	exec0(ctx, "CHECKPOINT") // as resetBacklog does before the worker's runs
 	res := pgbenchTx(ctx, clients, per, `WITH picked AS (
   SELECT provider, endpoint, event_id FROM webhook_inbox
    WHERE processed_at IS NULL AND endpoint = 'pgbench' AND available_at <= now() AND attempts < 10
