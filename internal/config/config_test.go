@@ -106,6 +106,7 @@ func TestWorkerErrorsSayWhatToFix(t *testing.T) {
 		"too few connections":                  {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "4", "DB_MAX_CONNS", "2"), "WORKER_CONCURRENCY+1 = 5"},
 		"bad concurrency":                      {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "0"), "WORKER_CONCURRENCY=\"0\""},
 		"backoff":                              {env("DATABASE_URL", localDB, "BACKOFF_BASE", "10m", "BACKOFF_CAP", "1m"), "need 0 < base <= cap"},
+		"batch past the subtransaction cache":  {env("DATABASE_URL", localDB, "LEASE", "10m", "CLAIM_LIMIT", "100", "BATCH_SIZE", "65"), "BATCH_SIZE=65: must be at most 64"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

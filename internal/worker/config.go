@@ -43,8 +43,12 @@ const (
 	DefaultDeadlineMargin   = 30 * time.Second
 	DefaultClaimLimit       = 50
 	DefaultBatchSize        = 50
-	DefaultBackoffBase      = 2 * time.Second
-	DefaultBackoffCap       = 5 * time.Minute
+	// MaxBatchSize is PGPROC_MAX_CACHED_SUBXIDS: the subtransactions one
+	// transaction can have before PostgreSQL marks its snapshot data as
+	// overflowed.
+	MaxBatchSize       = 64
+	DefaultBackoffBase = 2 * time.Second
+	DefaultBackoffCap  = 5 * time.Minute
 )
 
 // WithDefaults fills zero fields.
@@ -90,6 +94,8 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize < 1 || c.BatchSize > c.ClaimLimit {
 		add("BATCH_SIZE=%d: must be from 1 to CLAIM_LIMIT=%d", c.BatchSize, c.ClaimLimit)
+	} else if c.BatchSize > MaxBatchSize {
+		add("BATCH_SIZE=%d: must be at most %d. Each receipt of a batch is a subtransaction, and PostgreSQL keeps %d per transaction in shared memory; past that, every snapshot in the database has to look subtransactions up in pg_subtrans, which slows the whole server down", c.BatchSize, MaxBatchSize, MaxBatchSize)
 	}
 	if c.StatementTimeout < 10*time.Millisecond {
 		add("STATEMENT_TIMEOUT=%s: must be at least 10ms", c.StatementTimeout)

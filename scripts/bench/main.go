@@ -115,6 +115,7 @@ func receipts(ctx context.Context, out io.Writer) {
 	var t table
 	for _, c := range []int{1, 4, 16, 64} {
 		exec0(ctx, "TRUNCATE webhook_inbox")
+		exec0(ctx, "CHECKPOINT") // each timed run starts right after one, as in the drain
 		pool := open(ctx, int32(c))
 		keyring, err := secrets.NewKeyring(ctx, map[string]string{"billing": secret}, secrets.Literal, secrets.Options{})
 		check(err)
@@ -150,6 +151,7 @@ func receipts(ctx context.Context, out io.Writer) {
 		stored := count(ctx, "SELECT count(*) FROM webhook_inbox")
 
 		exec0(ctx, "TRUNCATE webhook_inbox")
+		exec0(ctx, "CHECKPOINT")
 		// The payload comes from a one-row table: pgbench would read the
 		// colons of a JSON literal as variables.
 		exec0(ctx, "CREATE TABLE IF NOT EXISTS bench_payload AS SELECT $1::text AS p", string(samplePayload("evt_x")))
