@@ -143,12 +143,12 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 			for len(queue) < size && taken < len(order) && (taken == 0 || time.Since(start) < w.cfg.StatementTimeout) {
 				i := order[taken]
 				taken++
-				if _, ok := locked[batch[i].Key]; !ok {
+				c := batch[i]
+				l, ok := locked[c.Key]
+				if !ok {
 					outcomes[i] = AlreadyDone // another worker completed it
 					continue
 				}
-				c := batch[i]
-				l := locked[c.Key]
 				it := &waveItem{i: i, run: startHandler(ctx, w.handlers, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})}
 				runs = append(runs, it.run)
 				if !it.run.done() {
