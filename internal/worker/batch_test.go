@@ -314,6 +314,14 @@ func TestDeadlockedReceiptIsRetriedOnce(t *testing.T) {
 		}
 		if runs.Add(1) == 1 {
 			close(holdsX)
+			// Ask for Y only once the other transaction waits for X, so the
+			// cycle exists when PostgreSQL checks for it (once, after
+			// deadlock_timeout).
+			for waiting := false; !waiting; time.Sleep(10 * time.Millisecond) {
+				if err := b.pool.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting); err != nil {
+					return handlers.Result{}, err
+				}
+			}
 		}
 		_, err := db.Exec(ctx, "SELECT 1 FROM invoices WHERE id = 'in_y' FOR UPDATE")
 		return handlers.Result{Outcome: handlers.Applied}, err
