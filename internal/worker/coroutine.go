@@ -39,7 +39,7 @@ type dbCall struct {
 }
 
 // errAbandoned is what a handler's pending call returns when the batch gives
-// up on the handler (its transaction failed, or the handler is restarted).
+// up on the handler (its transaction failed).
 var errAbandoned = errors.New("the batch abandoned this handler run")
 
 // handlerRun is one receipt's handler in progress.
