@@ -77,20 +77,14 @@ func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox
 func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool) int {
 	start := time.Now()
 	var taken int
-	type failure struct {
-		i     int
-		err   string
-		delay time.Duration
-	}
-	var failures []failure
-	var alone []int // deadlocked: retried on their own after the commit
-	var runs []*handlerRun
+	s := &batchState{w: w, ctx: ctx, batch: batch, outcomes: outcomes, anomalies: anomalies}
 	defer func() {
-		for _, r := range runs {
+		for _, r := range s.runs {
 			r.stop()
 		}
 	}()
 	err := inTx(ctx, conn, func(tx pgx.Tx) error {
+		s.tx = tx
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
 			return err
 		}
@@ -98,113 +92,43 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		for j, i := range order {
 			keys[j] = batch[i].Key
 		}
-		locked, err := inbox.LockMany(ctx, tx, keys)
-		if err != nil {
+		var err error
+		if s.locked, err = inbox.LockMany(ctx, tx, keys); err != nil {
 			return err
 		}
-
-		var doneKeys []inbox.Key
-		var doneOutcomes []string
-		// finish settles a receipt whose handler has returned. sp is its
-		// savepoint, if it ran statements.
-		finish := func(it *waveItem, sp string) error {
-			c, r := batch[it.i], it.run
-			if r.err == nil {
-				outcomes[it.i], anomalies[it.i] = Outcome(r.res.Outcome), r.res.Anomaly
-				doneKeys = append(doneKeys, c.Key)
-				doneOutcomes = append(doneOutcomes, string(r.res.Outcome))
-				return nil
-			}
-			if r.statements > 0 {
-				if _, err := tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
-					return fmt.Errorf("%w (and rolling back to the savepoint: %v)", r.err, err)
-				}
-			}
-			if isDeadlock(r.err) {
-				// Rolling back to the savepoint released this receipt's
-				// locks, so the other transaction can go on; it still waits
-				// for this batch's other locks, so the receipt is tried again
-				// on its own once this batch has committed.
-				alone = append(alone, it.i)
-				return nil
-			}
-			text, delay := describe(r.err), w.backoff(c.Attempts)
-			if err := inbox.RecordFailure(ctx, tx, c.Key, text, delay, w.Now()); err != nil {
-				return err // the transaction itself is unusable
-			}
-			outcomes[it.i] = Failed
-			failures = append(failures, failure{it.i, text, delay})
-			return nil
-		}
-
 		var queue []*waveItem // taken receipts whose handlers wait on their first statement
 		size := len(order)
 		for {
 			for len(queue) < size && taken < len(order) && (taken == 0 || time.Since(start) < w.cfg.StatementTimeout) {
-				i := order[taken]
+				it, err := s.start(order[taken])
 				taken++
-				c := batch[i]
-				l, ok := locked[c.Key]
-				if !ok {
-					outcomes[i] = AlreadyDone // another worker completed it
-					continue
-				}
-				it := &waveItem{i: i, run: startHandler(ctx, w.handlers, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})}
-				runs = append(runs, it.run)
-				if !it.run.done() {
-					queue = append(queue, it)
-				} else if err := finish(it, ""); err != nil { // it returned without a statement
+				if err != nil {
 					return err
+				}
+				if it != nil {
+					queue = append(queue, it)
 				}
 			}
 			if len(queue) == 0 {
 				break
 			}
-
 			n := 0
 			for n < min(len(queue), size) && queue[n].run.pending.kind != queryCall {
 				n++
 			}
 			wave := queue[:max(n, 1)] // a Query (rows) goes alone
-			sent, err := sendWave(ctx, tx, wave)
+			settled, cut, err := s.runWave(wave)
 			if err != nil {
 				return err
 			}
-			k, cut := 0, false
-			for k < sent && !cut {
-				it := wave[k]
-				it.run.resume()
-				if !it.run.done() {
-					// It wants another statement: undo the statements of
-					// the receipts after it, and let it finish alone.
-					cut = true
-					if k+1 < sent {
-						if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointName(k+1)); err != nil {
-							return fmt.Errorf("rolling back the rest of a wave: %w", err)
-						}
-					}
-					for !it.run.done() {
-						runDirect(ctx, tx, it.run.pending)
-						it.run.statements++
-						it.run.resume()
-					}
-				}
-				if it.run.err != nil && it.run.statements > 0 {
-					cut = true // rolling back to its savepoint undoes the receipts after it
-				}
-				if err := finish(it, savepointName(k)); err != nil {
-					return err
-				}
-				k++
-			}
-			queue = queue[k:]
-			if cut || sent < len(wave) {
+			queue = queue[settled:]
+			if cut {
 				size = max(1, size/2)
 			} else {
 				size = min(len(order), size*2)
 			}
 		}
-		return inbox.MarkManyProcessed(ctx, tx, doneKeys, doneOutcomes, w.Now())
+		return inbox.MarkManyProcessed(ctx, tx, s.doneKeys, s.doneOutcomes, w.Now())
 	})
 	if err != nil {
 		if taken == 0 {
@@ -227,7 +151,7 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		}
 		return taken
 	}
-	for _, f := range failures {
+	for _, f := range s.failures {
 		c := batch[f.i]
 		level := slog.LevelWarn
 		if c.Attempts >= w.cfg.MaxAttempts {
@@ -238,22 +162,133 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 			"needs_review", c.Attempts >= w.cfg.MaxAttempts)
 	}
 	for _, i := range order[:taken] {
-		if outcomes[i] != Failed && !slices.Contains(alone, i) {
+		if outcomes[i] != Failed && !slices.Contains(s.alone, i) {
 			c := batch[i]
 			w.logger.InfoContext(ctx, "receipt", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
 				"attempt", c.Attempts, "outcome", outcomes[i], "anomaly", anomalies[i], "batch", taken)
 		}
 	}
-	for _, i := range alone {
+	for _, i := range s.alone {
 		outcomes[i], anomalies[i] = w.Process(ctx, conn, batch[i])
 	}
 	return taken
+}
+
+// batchState is one batch transaction in progress.
+type batchState struct {
+	w         *Worker
+	ctx       context.Context
+	tx        pgx.Tx
+	batch     []inbox.Claimed
+	locked    map[inbox.Key]inbox.Locked
+	outcomes  []Outcome
+	anomalies []bool
+
+	runs         []*handlerRun // every handler started, stopped when the transaction ends
+	doneKeys     []inbox.Key   // applied, to be marked processed
+	doneOutcomes []string
+	failures     []failure // rolled back and recorded
+	alone        []int     // deadlocked: retried on their own after the commit
+}
+
+type failure struct {
+	i     int
+	err   string
+	delay time.Duration
 }
 
 // waveItem is a taken receipt whose handler is running.
 type waveItem struct {
 	i   int // index in the batch
 	run *handlerRun
+}
+
+// start takes batch[i] into the transaction: it runs its handler up to its
+// first statement, and returns it then. A receipt another worker completed,
+// or whose handler returned without a statement, is settled at once (nil).
+func (s *batchState) start(i int) (*waveItem, error) {
+	c := s.batch[i]
+	l, ok := s.locked[c.Key]
+	if !ok {
+		s.outcomes[i] = AlreadyDone // another worker completed it
+		return nil, nil
+	}
+	it := &waveItem{i: i, run: startHandler(s.ctx, s.w.handlers, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})}
+	s.runs = append(s.runs, it.run)
+	if it.run.done() {
+		return nil, s.finish(it, "")
+	}
+	return it, nil
+}
+
+// runWave sends the wave and hands the replies to its handlers in order. It
+// returns how many of them it settled (the rest wait, their first statement
+// pending, for the next wave) and whether the wave was cut short.
+func (s *batchState) runWave(wave []*waveItem) (settled int, cut bool, err error) {
+	sent, err := sendWave(s.ctx, s.tx, wave)
+	if err != nil {
+		return 0, false, err
+	}
+	for k, it := range wave[:sent] {
+		it.run.resume()
+		if !it.run.done() {
+			// It wants another statement: undo the statements of the
+			// receipts after it, and let it finish alone.
+			cut = true
+			if k+1 < sent {
+				if _, err := s.tx.Exec(s.ctx, "ROLLBACK TO SAVEPOINT "+savepointName(k+1)); err != nil {
+					return 0, false, fmt.Errorf("rolling back the rest of a wave: %w", err)
+				}
+			}
+			for !it.run.done() {
+				runDirect(s.ctx, s.tx, it.run.pending)
+				it.run.statements++
+				it.run.resume()
+			}
+		}
+		if it.run.err != nil && it.run.statements > 0 {
+			cut = true // rolling back to its savepoint undoes the receipts after it
+		}
+		if err := s.finish(it, savepointName(k)); err != nil {
+			return 0, false, err
+		}
+		if cut {
+			return k + 1, true, nil
+		}
+	}
+	return sent, sent < len(wave), nil
+}
+
+// finish settles a receipt whose handler has returned. sp is its savepoint,
+// if it ran statements.
+func (s *batchState) finish(it *waveItem, sp string) error {
+	c, r := s.batch[it.i], it.run
+	if r.err == nil {
+		s.outcomes[it.i], s.anomalies[it.i] = Outcome(r.res.Outcome), r.res.Anomaly
+		s.doneKeys = append(s.doneKeys, c.Key)
+		s.doneOutcomes = append(s.doneOutcomes, string(r.res.Outcome))
+		return nil
+	}
+	if r.statements > 0 {
+		if _, err := s.tx.Exec(context.WithoutCancel(s.ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
+			return fmt.Errorf("%w (and rolling back to the savepoint: %v)", r.err, err)
+		}
+	}
+	if isDeadlock(r.err) {
+		// Rolling back to the savepoint released this receipt's locks, so
+		// the other transaction can go on; it still waits for this batch's
+		// other locks, so the receipt is tried again on its own once this
+		// batch has committed.
+		s.alone = append(s.alone, it.i)
+		return nil
+	}
+	text, delay := describe(r.err), s.w.backoff(c.Attempts)
+	if err := inbox.RecordFailure(s.ctx, s.tx, c.Key, text, delay, s.w.Now()); err != nil {
+		return err // the transaction itself is unusable
+	}
+	s.outcomes[it.i] = Failed
+	s.failures = append(s.failures, failure{it.i, text, delay})
+	return nil
 }
 
 func savepointName(k int) string { return "receipt_" + strconv.Itoa(k) }
