@@ -58,7 +58,7 @@ unset DATABASE_URL SIGNING_SECRET_ARNS DB_PROXY_HOST DB_PROXY_PORT DB_NAME DB_US
   LOCAL_COMPONENTS LISTEN_ADDR WEBHOOK_ENDPOINT WORKER_INTERVAL WORKER_TIMEOUT LOG_LEVEL
 
 if [ "$MODE" = short ]; then
-  WORKERS_INVOICES=3000 WORKERS_KILLS=12 WORKERS_MIN_KILLS=8
+  WORKERS_INVOICES=1500 WORKERS_KILLS=12 WORKERS_MIN_KILLS=8
   CRASH_INVOICES=250 CRASH_RATE=120 CRASHES=2
   NET_INVOICES=250 NET_RATE=80 NET_FAULTS=12
   OVERLOAD_INVOICES=400
@@ -117,6 +117,23 @@ free_port() {
     if ! (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then echo "$port"; return 0; fi
   done
   return 1
+}
+
+# slow_link NAME DB LATENCY_MS: a toxiproxy link to PostgreSQL that delays
+# every reply (server to client) by LATENCY_MS, so that no round trip through
+# it can take less, on any machine. Starts toxiproxy if this scenario has not
+# yet. Sets SLOW_URL to DB's URL through the link.
+slow_link() {
+  local name=$1 db=$2 ms=$3 port
+  if [ -z "$TOXIPROXY_PID" ]; then
+    toxiproxy_install "$OUT/bin" || die "cannot install toxiproxy"
+    toxiproxy_start "$OUT/bin" "$SLOGS/toxiproxy.log" || die "cannot start toxiproxy"
+  fi
+  port=$(free_port) || die "no free port"
+  toxiproxy_add_proxy "$name" "127.0.0.1:$port" "127.0.0.1:$PG_THROWAWAY_PORT" || die "cannot create the proxy $name"
+  toxiproxy_add_toxic "$name" "${name}_latency" latency downstream 1.0 "{\"latency\":$ms,\"jitter\":0}" \
+    || die "cannot add latency to $name"
+  SLOW_URL="postgres://postgres@127.0.0.1:$port/$db?sslmode=disable&connect_timeout=5"
 }
 
 rand_ms() { echo $((RANDOM % ($2 - $1 + 1) + $1)); } # LO HI
@@ -243,9 +260,20 @@ record() { # SCENARIO RC
 
 # ---------------------------------------------------------------------------
 # 1. Worker crashes: a backlog of several thousand receipts is drained by three
-# worker processes (one drainer each, so the drain lasts long enough for the
-# kills) while they are SIGKILLed at random moments and restarted. Fails if
-# the backlog drained before WORKERS_MIN_KILLS kills: the run proved nothing.
+# worker processes (one drainer each) while they are SIGKILLed at random
+# moments and restarted. Fails if the backlog drained before
+# WORKERS_MIN_KILLS kills: the run proved nothing.
+#
+# Why the kills land during the drain on any machine: the workers reach
+# PostgreSQL through a link that delays every reply by WORKERS_LATENCY_MS.
+# A claim of at most CLAIM_LIMIT=5 receipts and the transaction that applies
+# them take at least three round trips (claim, lock, commit), so three
+# workers drain at most 3 x 5 / (3 x 15ms) = 333 receipts/s however fast
+# the machine: the short run's ~5,800 receipts take at least 17s, while its
+# 12 kills, one every 0.1-0.4s, take a few seconds. A slower machine only
+# drains more slowly. (Without the latency a faster machine emptied the
+# backlog before enough kills.)
+WORKERS_LATENCY_MS=15
 scenario_workers() {
   local db=chaos_workers url rc=0 kills=0 n victim started
   new_db $db
@@ -254,8 +282,9 @@ scenario_workers() {
   log "workers: delivering $WORKERS_INVOICES invoices' events with no worker running"
   sim workers -phase send -state "$LOGS/workers.state" -url "$WEBHOOK_URL" \
     -invoices "$WORKERS_INVOICES" -concurrency 16 || rc=$?
-  log "workers: backlog $(backlog "$url"); starting 3 workers, killing one every 0.1-0.4s"
-  for n in 1 2 3; do start_worker "worker$n" "$url" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2; done
+  slow_link pg_workers $db "$WORKERS_LATENCY_MS"
+  log "workers: backlog $(backlog "$url"); starting 3 workers (${WORKERS_LATENCY_MS}ms per reply), killing one every 0.1-0.4s"
+  for n in 1 2 3; do start_worker "worker$n" "$SLOW_URL" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2; done
   started=$SECONDS
   while [ "$kills" -lt "$WORKERS_KILLS" ] && [ $((SECONDS - started)) -lt 240 ]; do
     sleep_ms "$(rand_ms 100 400)"
@@ -264,7 +293,7 @@ scenario_workers() {
     kill -KILL "${PIDS[$victim]}" 2>/dev/null || true
     wait "${PIDS[$victim]}" 2>/dev/null || true
     kills=$((kills + 1))
-    start_worker "$victim" "$url" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2
+    start_worker "$victim" "$SLOW_URL" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2
   done
   log "workers: $kills kills; backlog $(backlog "$url") when the killing stopped"
   sim workers -phase check -state "$LOGS/workers.state" -db "$url" -faults "$kills" -drain-timeout 120s || rc=$?
@@ -274,6 +303,7 @@ scenario_workers() {
   fi
   record workers "$rc"
   stop_all
+  toxiproxy_stop
 }
 
 # 2. Database crash: PostgreSQL is stopped with -m immediate and restarted
@@ -353,24 +383,38 @@ scenario_network() {
 }
 
 # 4. Overload: 128 concurrent deliveries against a webhook with a pool of two
-# connections and a short store timeout (200ms, so that waiting for the pool
-# ends in a refusal). Requests are served or refused with 5xx, never
-# half-stored. Fails if nothing was refused: then nothing was overloaded.
+# connections, a short store timeout (200ms, so that waiting for the pool
+# ends in a refusal) and a link to PostgreSQL that delays every reply by
+# OVERLOAD_LATENCY_MS (10ms). Requests are served or refused with 5xx, never
+# half-stored.
+#
+# Why refusals must happen, on any machine: a store takes at least one round
+# trip, so the pool completes at most 2 x 200ms / 10ms = 40 stores within one
+# store timeout, however fast the machine, while 128 deliveries wait at once;
+# the rest are refused. (Without the latency a fast machine served all 1,657
+# deliveries of the short run within their timeouts: nothing was overloaded.)
+# A slower machine only refuses more. Stripe retries a refused delivery for
+# three days; the simulated sender retries up to 60 times over 5 minutes, so
+# a busy machine that refuses more still delivers everything. Fails if
+# nothing was refused: then the run proved nothing.
+OVERLOAD_LATENCY_MS=10
 scenario_overload() {
   local db=chaos_overload url rc=0 n
   new_db $db
   url=$(db_url $db)
-  start_webhook webhook "$url" DB_MAX_CONNS=2 STORE_TIMEOUT=200ms
+  slow_link pg_overload $db "$OVERLOAD_LATENCY_MS"
+  start_webhook webhook "$SLOW_URL" DB_MAX_CONNS=2 STORE_TIMEOUT=200ms
   for n in 1 2; do start_worker "worker$n" "$url"; wait_worker_ready "worker$n"; done
-  log "overload: $OVERLOAD_INVOICES invoices' events, 128 concurrent deliveries, webhook pool of 2"
+  log "overload: $OVERLOAD_INVOICES invoices' events, 128 concurrent deliveries, webhook pool of 2, ${OVERLOAD_LATENCY_MS}ms per reply"
   sim overload -phase all -url "$WEBHOOK_URL" -db "$url" -invoices "$OVERLOAD_INVOICES" \
-    -concurrency 128 -drain-timeout 120s || rc=$?
+    -concurrency 128 -max-tries 60 -retry-for 300s -drain-timeout 120s || rc=$?
   if ! grep -q ' non2xx=[^ ]*500:' "$LOGS/overload.figures" 2>/dev/null; then
     log "overload: no delivery was refused; the webhook was not overloaded"
     rc=1
   fi
   record overload "$rc"
   stop_all
+  toxiproxy_stop
 }
 
 for s in $SCENARIOS; do
