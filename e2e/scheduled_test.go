@@ -20,6 +20,7 @@ import (
 func workerEnv(db *pgtest.Database) map[string]string {
 	return map[string]string{
 		"DATABASE_URL":       db.URL,
+		"STRIPE_MODE":        "test",
 		"WORKER_CONCURRENCY": "4",
 		"MAX_ATTEMPTS":       "10",
 		"LEASE":              "2m",

@@ -86,8 +86,9 @@ func TestWebhookErrorsSayWhatToFix(t *testing.T) {
 
 func TestWorker(t *testing.T) {
 	t.Parallel()
-	c, err := config.LoadWorker(env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "8"))
+	c, err := config.LoadWorker(env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "8", "STRIPE_MODE", "live"))
 	require.NoError(t, err)
+	require.Equal(t, "live", c.Worker.Mode)
 	require.Equal(t, 8, c.Worker.Concurrency)
 	require.EqualValues(t, 9, c.Database.MaxConns, "one connection per drainer plus one")
 	require.True(t, c.Database.PreparedStatements, "the worker caches its statements")
@@ -100,13 +101,15 @@ func TestWorkerErrorsSayWhatToFix(t *testing.T) {
 		env  config.Env
 		want string
 	}{
-		"lease shorter than statement timeout": {env("DATABASE_URL", localDB, "LEASE", "10s", "STATEMENT_TIMEOUT", "30s"), "LEASE=10s must be longer than STATEMENT_TIMEOUT=30s"},
+		"lease shorter than statement timeout": {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "LEASE", "10s", "STATEMENT_TIMEOUT", "30s"), "LEASE=10s must be longer than STATEMENT_TIMEOUT=30s"},
 		"lease shorter than a claim's work":    {env("DATABASE_URL", localDB, "LEASE", "1m", "STATEMENT_TIMEOUT", "30s", "CLAIM_LIMIT", "4"), "CLAIM_LIMIT x STATEMENT_TIMEOUT"},
 		"margin too short":                     {env("DATABASE_URL", localDB, "DEADLINE_MARGIN", "1s"), "DEADLINE_MARGIN=1s must be longer than STATEMENT_TIMEOUT=2s"},
 		"too few connections":                  {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "4", "DB_MAX_CONNS", "2"), "WORKER_CONCURRENCY+1 = 5"},
 		"bad concurrency":                      {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "0"), "WORKER_CONCURRENCY=\"0\""},
 		"backoff":                              {env("DATABASE_URL", localDB, "BACKOFF_BASE", "10m", "BACKOFF_CAP", "1m"), "need 0 < base <= cap"},
 		"batch past the subtransaction cache":  {env("DATABASE_URL", localDB, "LEASE", "10m", "CLAIM_LIMIT", "100", "BATCH_SIZE", "65"), "BATCH_SIZE=65: must be at most 64"},
+		"no stripe mode":                       {env("DATABASE_URL", localDB), `STRIPE_MODE is required: set it to "live" on the stage that books real money (prod) or "test" on every other stage`},
+		"other stripe mode":                    {env("DATABASE_URL", localDB, "STRIPE_MODE", "production"), `STRIPE_MODE="production": must be "live" (the stage that books real money, prod) or "test"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -122,6 +125,12 @@ func TestLocal(t *testing.T) {
 	c, err := config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:8080", c.ListenAddr)
+	require.Equal(t, "test", c.Worker.Worker.Mode, "the local runner books test mode unless told otherwise")
+	c, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "STRIPE_MODE", "live"))
+	require.NoError(t, err)
+	require.Equal(t, "live", c.Worker.Worker.Mode)
+	_, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "STRIPE_MODE", "Live"))
+	require.ErrorContains(t, err, `STRIPE_MODE="Live"`)
 	_, err = config.LoadLocal(env("STRIPE_WEBHOOK_SECRET", "whsec_a"))
 	require.ErrorContains(t, err, "DATABASE_URL is required locally")
 }

@@ -38,6 +38,8 @@ type Event struct {
 	Type     string
 	Endpoint string
 	Payload  []byte // the verified Stripe event JSON
+	Livemode bool   // the event's livemode; the worker hands a handler only events of the mode it books
+	Account  string // the connected account (acct_...) of a Connect event, "" for the platform's own
 }
 
 // Outcome says what a handler did.
@@ -49,6 +51,10 @@ const (
 	Applied Outcome = "applied"
 	// Ignored: the event type has no handler.
 	Ignored Outcome = "ignored"
+	// IgnoredOtherMode: the event is of the other Stripe mode than the one
+	// the deployment books (say a connected account's test-mode event on a
+	// live endpoint). The worker sets it without calling a handler.
+	IgnoredOtherMode Outcome = "ignored_other_mode"
 )
 
 // Result is what a handler reports.

@@ -48,6 +48,8 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]Claimed, error) {
 type Locked struct {
 	EventType string
 	Payload   []byte
+	Livemode  bool   // the event's livemode
+	Account   string // the connected account (acct_...), "" for the platform's own events
 }
 
 // Lock locks k's row in tx, waiting for a concurrent holder. found is false
@@ -55,7 +57,7 @@ type Locked struct {
 func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
 	var l Locked
 	var payload string
-	err := tx.QueryRow(ctx, lockReceipt, k.Provider, k.Endpoint, k.EventID).Scan(&l.EventType, &payload)
+	err := tx.QueryRow(ctx, lockReceipt, k.Provider, k.Endpoint, k.EventID).Scan(&l.EventType, &payload, &l.Livemode, &l.Account)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Locked{}, false, nil
@@ -138,7 +140,7 @@ func LockMany(ctx context.Context, tx DB, keys []Key) (map[Key]Locked, error) {
 		var k Key
 		var l Locked
 		var payload string
-		if err := rows.Scan(&k.Provider, &k.Endpoint, &k.EventID, &l.EventType, &payload); err != nil {
+		if err := rows.Scan(&k.Provider, &k.Endpoint, &k.EventID, &l.EventType, &payload, &l.Livemode, &l.Account); err != nil {
 			return nil, fmt.Errorf("locking %d receipts: %w", len(keys), err)
 		}
 		l.Payload = []byte(payload)

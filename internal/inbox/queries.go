@@ -43,7 +43,7 @@ RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id
 // lockReceipt: $1 provider, $2 endpoint, $3 event_id. Waits for (not skips)
 // a row lock, and returns nothing when the row is already processed.
 const lockReceipt = `
-SELECT event_type, payload::text
+SELECT event_type, payload::text, livemode, coalesce(account, '')
   FROM webhook_inbox
  WHERE provider = $1 AND endpoint = $2 AND event_id = $3
    AND processed_at IS NULL
@@ -94,7 +94,7 @@ SELECT count(*) FILTER (WHERE attempts < $1),
 // business-key order (so concurrent batches lock in one order), and returns
 // their contents.
 const lockReceipts = `
-SELECT w.provider, w.endpoint, w.event_id, w.event_type, w.payload::text
+SELECT w.provider, w.endpoint, w.event_id, w.event_type, w.payload::text, w.livemode, coalesce(w.account, '')
   FROM webhook_inbox AS w
   JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint, event_id)
     ON (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)

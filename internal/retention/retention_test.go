@@ -65,7 +65,7 @@ func (b *testBundle) purge(t *testing.T, p *retention.Purger) retention.Summary 
 
 func (b *testBundle) newWorker(t *testing.T) *worker.Worker {
 	t.Helper()
-	cfg := worker.Config{Concurrency: 2, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 2, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
 	require.NoError(t, cfg.Validate())
 	return worker.New(b.pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 }

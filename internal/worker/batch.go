@@ -213,7 +213,13 @@ func (s *batchState) start(i int) (*waveItem, error) {
 		s.outcomes[i] = AlreadyDone // another worker completed it
 		return nil, nil
 	}
-	it := &waveItem{i: i, run: startHandler(s.ctx, s.w.handlers, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})}
+	if !s.w.books(l) {
+		s.outcomes[i] = IgnoredOtherMode
+		s.doneKeys = append(s.doneKeys, c.Key)
+		s.doneOutcomes = append(s.doneOutcomes, string(IgnoredOtherMode))
+		return nil, nil
+	}
+	it := &waveItem{i: i, run: startHandler(s.ctx, s.w.handlers, event(c, l))}
 	s.runs = append(s.runs, it.run)
 	if it.run.done() {
 		return nil, s.finish(it, "")
@@ -343,7 +349,13 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 	if !found {
 		return AlreadyDone, false, nil
 	}
-	res, err := w.handlers.Apply(ctx, tx, handlers.Event{ID: c.EventID, Type: locked.EventType, Endpoint: c.Endpoint, Payload: locked.Payload})
+	if !w.books(locked) {
+		if err := inbox.MarkProcessed(ctx, tx, c.Key, string(IgnoredOtherMode), w.Now()); err != nil {
+			return "", false, err
+		}
+		return IgnoredOtherMode, false, nil
+	}
+	res, err := w.handlers.Apply(ctx, tx, event(c, locked))
 	if err != nil {
 		return "", false, err
 	}
@@ -351,6 +363,19 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 		return "", false, err
 	}
 	return Outcome(res.Outcome), res.Anomaly, nil
+}
+
+// books reports whether the receipt is of the Stripe mode this worker books.
+// A receipt of the other mode is marked processed as ignored_other_mode and
+// never reaches a handler, so it cannot touch invoices, the ledger or the
+// outbox.
+func (w *Worker) books(l inbox.Locked) bool {
+	return l.Livemode == (w.cfg.Mode == ModeLive)
+}
+
+// event is what a handler sees of a locked receipt.
+func event(c inbox.Claimed, l inbox.Locked) handlers.Event {
+	return handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload, Livemode: l.Livemode, Account: l.Account}
 }
 
 func isDeadlock(err error) bool {

@@ -59,12 +59,16 @@ const (
 	Ignored     Outcome = "ignored"      // no handler; marked processed
 	AlreadyDone Outcome = "already_done" // another worker completed it first
 	Failed      Outcome = "failed"       // rolled back; failure recorded and rescheduled
+	// IgnoredOtherMode: the event's livemode is not the mode this worker
+	// books (Config.Mode); marked processed without running its handler.
+	IgnoredOtherMode Outcome = Outcome(handlers.IgnoredOtherMode)
 )
 
 // Summary is what one Run did, and the backlog it left.
 type Summary struct {
 	Processed           int     `json:"processed"`
 	Ignored             int     `json:"ignored"`
+	IgnoredOtherMode    int     `json:"ignored_other_mode"`
 	Failed              int     `json:"failed"`
 	AlreadyDone         int     `json:"already_done"`
 	Anomalies           int     `json:"anomalies"`
@@ -82,6 +86,8 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 		s.Processed++
 	case Ignored:
 		s.Ignored++
+	case IgnoredOtherMode:
+		s.IgnoredOtherMode++
 	case AlreadyDone:
 		s.AlreadyDone++
 	case Failed:
@@ -118,6 +124,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			defer mu.Unlock()
 			total.Processed += s.Processed
 			total.Ignored += s.Ignored
+			total.IgnoredOtherMode += s.IgnoredOtherMode
 			total.Failed += s.Failed
 			total.AlreadyDone += s.AlreadyDone
 			total.Anomalies += s.Anomalies
@@ -159,6 +166,7 @@ func (w *Worker) emit(ctx context.Context, s Summary) {
 		metrics.Metric{Name: "Processed", Value: float64(s.Processed), Unit: metrics.Count},
 		metrics.Metric{Name: "Failed", Value: float64(s.Failed), Unit: metrics.Count},
 		metrics.Metric{Name: "Ignored", Value: float64(s.Ignored), Unit: metrics.Count},
+		metrics.Metric{Name: "IgnoredOtherMode", Value: float64(s.IgnoredOtherMode), Unit: metrics.Count},
 	)
 	if err != nil {
 		w.logger.ErrorContext(ctx, "writing metrics", "error", err)

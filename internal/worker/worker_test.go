@@ -48,6 +48,9 @@ func setup(t *testing.T) *testBundle {
 // newWorker builds a worker with test-friendly settings; cfg overrides them.
 func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.Config) *worker.Worker {
 	t.Helper()
+	if cfg.Mode == "" {
+		cfg.Mode = worker.ModeTest // the mode stripetest.Event's events are in
+	}
 	if cfg.StatementTimeout == 0 {
 		cfg.StatementTimeout = time.Second
 	}
@@ -518,11 +521,13 @@ func TestSummaryAndMetrics(t *testing.T) {
 	b.receive(t, paid("evt_1", "in_1"))
 	b.receive(t, stripetest.Event("evt_2", "customer.created", map[string]any{"id": "cus_2"}))
 	b.receive(t, stripetest.Event("evt_3", "invoice.paid", map[string]any{"object": "invoice"}))
+	b.receive(t, stripetest.EventWith("evt_4", "invoice.paid", stripetest.Meta{Livemode: true}, stripetest.Invoice("in_4", "cus_4", "paid", 100)))
 	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, MaxAttempts: 2})
 	w.Jitter = func() float64 { return 0 }
 	s := b.run(t, w)
 	require.Equal(t, 1, s.Processed)
 	require.Equal(t, 1, s.Ignored)
+	require.Equal(t, 1, s.IgnoredOtherMode)
 	require.Equal(t, 1, s.Failed)
 	require.Equal(t, 1, s.Remaining)
 	require.Greater(t, s.OldestAgeSeconds, 0.0)
@@ -531,6 +536,7 @@ func TestSummaryAndMetrics(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lastEMF(t, b.metrics)), &emf))
 	require.EqualValues(t, 1, emf["Processed"])
 	require.EqualValues(t, 1, emf["Ignored"])
+	require.EqualValues(t, 1, emf["IgnoredOtherMode"])
 	require.EqualValues(t, 1, emf["Failed"])
 	require.EqualValues(t, 1, emf["BacklogCount"])
 	require.EqualValues(t, 0, emf["NeedsReviewCount"])
@@ -541,11 +547,12 @@ func TestSummaryAndMetrics(t *testing.T) {
 	def := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
 	require.Equal(t, "Test", def["Namespace"])
 	require.Equal(t, []any{[]any{"Service"}}, def["Dimensions"])
-	require.Len(t, def["Metrics"], 7)
+	require.Len(t, def["Metrics"], 8)
 
 	out, err := json.Marshal(s)
 	require.NoError(t, err)
 	require.Contains(t, string(out), `"remaining":1`)
+	require.Contains(t, string(out), `"ignored_other_mode":1`)
 }
 
 func lastEMF(t *testing.T, buf *bytes.Buffer) string {

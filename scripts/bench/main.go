@@ -251,7 +251,7 @@ func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.D
 	defer pool.Close()
 	// The worker's defaults (claims of 25), with the batch size given; 0 is
 	// the default batch.
-	cfg := worker.Config{Concurrency: drainers, BatchSize: batch}.WithDefaults()
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: drainers, BatchSize: batch}.WithDefaults()
 	check(cfg.Validate())
 	w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
 	warm(ctx, pool)
@@ -393,7 +393,7 @@ func scale(ctx context.Context, out io.Writer) {
 		// Drain the backlog with 4 drainers until 30 s before the deadline.
 		ctxRun, cancel := context.WithTimeout(ctx, 60*time.Second)
 		pool := openWorkerPool(ctx, 5)
-		cfg := worker.Config{Concurrency: 4}.WithDefaults()
+		cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 4}.WithDefaults()
 		w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
 		// Bound the run by deadline: ~ 30s of draining.
 		start := time.Now()
