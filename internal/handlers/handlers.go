@@ -6,8 +6,13 @@
 // with the update that marks the receipt processed, so an effect and its
 // receipt commit or roll back as one. Handlers must be correct when the same
 // fact arrives twice (redelivery, or two Event objects), concurrently, and in
-// any order. They never order events by their `created` timestamp: Stripe
-// records it in seconds and says not to use it for ordering.
+// any order. State changes never depend on an event's `created` timestamp:
+// Stripe records it in seconds and says not to use it for ordering. Only an
+// invoice's descriptive fields (customer, currency, amount_due) follow the
+// newest snapshot by `created`, ties broken by status rank (see
+// upsertInvoice). Money is booked only for events of the mode the deployment
+// books (the worker filters on Event.Livemode), and refunds only once they
+// have succeeded (see refunds.go).
 package handlers
 
 import (
@@ -82,8 +87,12 @@ func Default() Registry {
 		"invoice.paid":                 invoicePaid,
 		"invoice.voided":               invoiceVoided,
 		"invoice.marked_uncollectible": invoiceMarkedUncollectible,
+		"invoice_payment.paid":         invoicePaymentPaid,
 		"charge.refunded":              chargeRefunded,
-		"refund.created":               refundCreated,
+		"refund.created":               refundChanged,
+		"refund.updated":               refundChanged,
+		"refund.failed":                refundChanged,
+		"charge.refund.updated":        refundChanged,
 	}
 }
 

@@ -95,4 +95,3 @@ func cmpString(a, b string) int {
 	}
 	return 0
 }
-
