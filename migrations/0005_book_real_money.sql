@@ -54,6 +54,23 @@ CREATE TABLE payment_links (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- Refunds booked before this migration were booked whatever their status.
+-- Record them as succeeded (that is what the ledger says), so that a later
+-- failure of one reverses it and a later success does not book it again, and
+-- mark their charges so that a later link moves them to the invoice. An
+-- operator checks them against Stripe (README, operator SQL).
+INSERT INTO refunds (id, charge_id, amount, currency, status, succeeded)
+SELECT substr(kind, length('refund:') + 1), CASE WHEN invoice_id LIKE 'ch\_%' THEN invoice_id END, -amount, currency, 'succeeded', true
+  FROM ledger_entries
+ WHERE kind LIKE 'refund:%'
+ON CONFLICT (id) DO NOTHING;
+
+INSERT INTO payment_links (payment_id, has_refunds)
+SELECT DISTINCT invoice_id, true
+  FROM ledger_entries
+ WHERE kind LIKE 'refund:%' AND invoice_id LIKE 'ch\_%'
+ON CONFLICT (payment_id) DO NOTHING;
+
 -- 4. The snapshot the descriptive fields (customer_id, currency, amount_due)
 --    come from: the newest by the event's created, ties broken by status
 --    rank, then by event id, so the same set of events leaves the same values

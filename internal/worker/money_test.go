@@ -1,12 +1,16 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/migrate"
+	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
@@ -231,4 +235,48 @@ func TestDescriptiveFieldsFollowTheNewestSnapshot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Refunds booked before migration 0005 (under the charge, whatever their
+// status) are taken as booked: a later failure reverses them once, a later
+// success does not book them again, and a later link moves them to the
+// invoice.
+func TestRefundsBookedBeforeTheUpgradeAreReversedAndMovedOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	ctx := context.Background()
+	all, err := migrate.All()
+	require.NoError(t, err)
+	var before []migrate.Migration
+	for _, m := range all {
+		if m.Version < "0005" {
+			before = append(before, m)
+		}
+	}
+	conn := db.Connect(t)
+	_, err = migrate.Apply(ctx, conn, before)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+		VALUES ('ch_1', 'refund:re_1', -300, 'usd', 'evt_old'), ('in_2', 'refund:re_2', -100, 'usd', 'evt_old')`)
+	require.NoError(t, err)
+	_, err = migrate.Up(ctx, conn)
+	require.NoError(t, err)
+
+	pool, err := database.Open(ctx, database.Config{URL: db.URL, MaxConns: 4, PreparedStatements: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}, batchSize: testBatchSize(t)}
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+	paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
+	paid["charge"] = "ch_1"
+	for _, ev := range [][]byte{
+		stripetest.Event("evt_2", "invoice.paid", paid),
+		stripetest.Event("evt_1", "refund.updated", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+		stripetest.Event("evt_3", "refund.failed", stripetest.RefundIn("re_1", "ch_1", "failed", 300)),
+		stripetest.Event("evt_4", "refund.failed", stripetest.RefundIn("re_1", "ch_1", "failed", 300)),
+	} {
+		b.receive(t, ev)
+		b.run(t, w)
+	}
+	require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300", "in_2 refund:re_2 -100"}, b.ledger(t))
 }
