@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/migrate"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
@@ -279,4 +280,44 @@ func TestRefundsBookedBeforeTheUpgradeAreReversedAndMovedOnce(t *testing.T) {
 		b.run(t, w)
 	}
 	require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300", "in_2 refund:re_2 -100"}, b.ledger(t))
+}
+
+// Point 3 under concurrency: a refund booked in one transaction and the
+// charge -> invoice link recorded in another, at the same time, end with the
+// refund under the invoice whichever commits first. Both take the link row
+// first, so the second waits for the first and then sees what it did.
+func TestConcurrentRefundAndLinkEndUnderTheInvoice(t *testing.T) {
+	t.Parallel()
+	paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
+	paid["charge"] = "ch_1"
+	refund := handlers.Event{ID: "evt_r", Type: "refund.created",
+		Payload: stripetest.Event("evt_r", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300))}
+	link := handlers.Event{ID: "evt_p", Type: "invoice.paid", Payload: stripetest.Event("evt_p", "invoice.paid", paid)}
+	for name, order := range map[string][2]handlers.Event{"refund first": {refund, link}, "link first": {link, refund}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			reg := handlers.Default()
+			txA, err := b.db.Connect(t).Begin(ctx)
+			require.NoError(t, err)
+			_, err = reg.Apply(ctx, txA, order[0])
+			require.NoError(t, err)
+			connB := b.db.Connect(t)
+			done := make(chan error, 1)
+			go func() {
+				txB, err := connB.Begin(ctx)
+				if err == nil {
+					if _, err = reg.Apply(ctx, txB, order[1]); err == nil {
+						err = txB.Commit(ctx)
+					}
+				}
+				done <- err
+			}()
+			b.db.WaitForLockWaiter(t) // the second waits for the first's link row
+			require.NoError(t, txA.Commit(ctx))
+			require.NoError(t, <-done)
+			require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300"}, b.ledger(t))
+		})
+	}
 }
