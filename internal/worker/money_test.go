@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/database"
@@ -320,4 +322,51 @@ func TestConcurrentRefundAndLinkEndUnderTheInvoice(t *testing.T) {
 			require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300"}, b.ledger(t))
 		})
 	}
+}
+
+// countingDB counts a handler's statements.
+type countingDB struct {
+	handlers.DB
+	n int
+}
+
+func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.n++
+	return c.DB.Exec(ctx, sql, args...)
+}
+
+func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.n++
+	return c.DB.Query(ctx, sql, args...)
+}
+
+func (c *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.n++
+	return c.DB.QueryRow(ctx, sql, args...)
+}
+
+// invoice.paid stays one statement in the common cases, now that it also
+// records the invoice's payment links and follows the newest snapshot: the
+// invoice moves to paid (naming its charge or not), or it was already paid.
+func TestInvoicePaidIsOneStatementInTheCommonCase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	withCharge := stripetest.Invoice("in_2", "cus_1", "paid", 100)
+	withCharge["charge"] = "ch_2"
+	for _, ev := range []handlers.Event{
+		{ID: "evt_1", Type: "invoice.paid", Payload: stripetest.Event("evt_1", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 100))},
+		{ID: "evt_1b", Type: "invoice.paid", Payload: stripetest.Event("evt_1b", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 100))},
+		{ID: "evt_2", Type: "invoice.paid", Payload: stripetest.Event("evt_2", "invoice.paid", withCharge)},
+		{ID: "evt_2b", Type: "invoice.paid", Payload: stripetest.EventWith("evt_2b", "invoice.paid", stripetest.Meta{Created: 1}, withCharge)},
+	} {
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		db := &countingDB{DB: tx}
+		_, err = handlers.Default().Apply(ctx, db, ev)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, 1, db.n, ev.ID)
+	}
+	require.Equal(t, []string{"in_1 payment 100", "in_2 payment 100"}, b.ledger(t))
 }
