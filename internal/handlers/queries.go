@@ -7,8 +7,9 @@ package handlers
 //	           |  -> void
 //	           |  -> uncollectible -> paid | void
 //
-// paid and void are final. Every statement is an upsert whose WHERE clause
-// admits only forward transitions, so a late or repeated event is a no-op.
+// paid and void are final. Every statement is an upsert that admits only
+// forward transitions, so a late or repeated event changes no status (it
+// may still update the descriptive fields, when its snapshot is newer).
 
 // upsertInvoice: $1 id, $2 customer, $3 target status, $4 currency,
 // $5 amount_due, $6 amount_paid, $7 statuses the target may replace,
