@@ -54,7 +54,7 @@ type Locked struct {
 // when the row is already processed (another worker completed it).
 func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
 	var l Locked
-	var payload string
+	var payload []byte
 	err := tx.QueryRow(ctx, lockReceipt, k.Provider, k.Endpoint, k.EventID).Scan(&l.EventType, &payload)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -62,7 +62,7 @@ func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
 	case err != nil:
 		return Locked{}, false, fmt.Errorf("locking receipt %s: %w", k.EventID, err)
 	}
-	l.Payload = []byte(payload)
+	l.Payload = payload
 	return l, true, nil
 }
 
@@ -137,11 +137,11 @@ func LockMany(ctx context.Context, tx DB, keys []Key) (map[Key]Locked, error) {
 	for rows.Next() {
 		var k Key
 		var l Locked
-		var payload string
+		var payload []byte
 		if err := rows.Scan(&k.Provider, &k.Endpoint, &k.EventID, &l.EventType, &payload); err != nil {
 			return nil, fmt.Errorf("locking %d receipts: %w", len(keys), err)
 		}
-		l.Payload = []byte(payload)
+		l.Payload = payload
 		out[k] = l
 	}
 	if err := rows.Err(); err != nil {
