@@ -80,8 +80,8 @@ const (
 	reasonTooOld       = "signature_too_old"
 	reasonMalformed    = "malformed_event"
 	reasonStoreFailed  = "store_failed"
-	// reasonNoSecret: the endpoint's signing secret could not be fetched
-	// (never, since the start); Stripe retries.
+	// reasonNoSecret: no fetch of the endpoint's signing secret has
+	// succeeded since the start, so nothing can be verified; Stripe retries.
 	reasonNoSecret = "secret_unavailable"
 )
 
