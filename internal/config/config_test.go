@@ -26,6 +26,7 @@ func TestWebhookLocal(t *testing.T) {
 	require.Equal(t, map[string]string{"connect": "whsec_a,whsec_b"}, c.Endpoints)
 	require.False(t, c.FromSecretsManager)
 	require.Equal(t, 5*time.Minute, c.SecretTTL)
+	require.Equal(t, 2*time.Second, c.SecretFetchTimeout)
 	require.Equal(t, 1<<20, c.Handler.MaxBodyBytes)
 	require.EqualValues(t, 2, c.Database.MaxConns)
 	require.False(t, c.Database.PreparedStatements, "the webhook must not pin RDS Proxy sessions")
@@ -46,6 +47,9 @@ func TestWebhookAWS(t *testing.T) {
 	require.Equal(t, map[string]string{"billing": arnB, "connect": arnC}, c.Endpoints)
 	require.Equal(t, 5432, c.Database.ProxyPort)
 	require.Equal(t, map[string]string{"Service": "webhook", "Stage": "prod"}, c.MetricsDimensions)
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "750ms"))
+	require.NoError(t, err)
+	require.Equal(t, 750*time.Millisecond, c.SecretFetchTimeout)
 }
 
 func TestWebhookErrorsSayWhatToFix(t *testing.T) {
@@ -70,6 +74,12 @@ func TestWebhookErrorsSayWhatToFix(t *testing.T) {
 		"bad url":            {env("DATABASE_URL", "postgres://%zz", "STRIPE_WEBHOOK_SECRET", "whsec_a"), []string{"DATABASE_URL cannot be parsed"}},
 		"bad numbers": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "MAX_BODY_BYTES", "10", "SECRET_TTL", "forever", "DB_MAX_CONNS", "0"),
 			[]string{"MAX_BODY_BYTES=\"10\"", "SECRET_TTL=\"forever\"", "DB_MAX_CONNS=\"0\""}},
+		"fetch timeout not a duration": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "2"),
+			[]string{`SECRET_FETCH_TIMEOUT="2": must be a duration such as 30s or 5m, from 100ms to 5s (default 2s)`}},
+		"fetch timeout too long": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "30s"),
+			[]string{`SECRET_FETCH_TIMEOUT="30s": must be a duration`}},
+		"fetch timeout too short": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "1ms"),
+			[]string{`SECRET_FETCH_TIMEOUT="1ms": must be a duration`}},
 		"bad dimensions": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_DIMENSIONS", "Stage"), []string{"METRICS_DIMENSIONS"}},
 	}
 	for name, tc := range cases {

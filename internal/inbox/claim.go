@@ -56,7 +56,7 @@ type Locked struct {
 // when the row is already processed (another worker completed it).
 func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
 	var l Locked
-	var payload string
+	var payload []byte
 	err := tx.QueryRow(ctx, lockReceipt, k.Provider, k.Endpoint, k.EventID).Scan(&l.EventType, &payload, &l.Livemode, &l.Account)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -64,7 +64,7 @@ func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
 	case err != nil:
 		return Locked{}, false, fmt.Errorf("locking receipt %s: %w", k.EventID, err)
 	}
-	l.Payload = []byte(payload)
+	l.Payload = payload
 	return l, true, nil
 }
 
@@ -139,11 +139,11 @@ func LockMany(ctx context.Context, tx DB, keys []Key) (map[Key]Locked, error) {
 	for rows.Next() {
 		var k Key
 		var l Locked
-		var payload string
+		var payload []byte
 		if err := rows.Scan(&k.Provider, &k.Endpoint, &k.EventID, &l.EventType, &payload, &l.Livemode, &l.Account); err != nil {
 			return nil, fmt.Errorf("locking %d receipts: %w", len(keys), err)
 		}
-		l.Payload = []byte(payload)
+		l.Payload = payload
 		out[k] = l
 	}
 	if err := rows.Err(); err != nil {

@@ -5,12 +5,14 @@ package inbox
 // internal/database) sends them as-is; each query documents its parameters.
 
 // storeReceipt: $1 provider, $2 endpoint, $3 event_id, $4 event_type,
-// $5 api_version, $6 livemode, $7 account, $8 object_id, $9 payload (text).
+// $5 api_version, $6 livemode, $7 account, $8 object_id, $9 payload (text),
+// $10 payload_raw (bytea, NULL unless jsonb cannot hold the exact bytes; see
+// migrations/0007_receipt_payload_raw.sql).
 // Returns one row when the receipt is new, none when it is a duplicate.
 const storeReceipt = `
 INSERT INTO webhook_inbox
-    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
+    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea)
 ON CONFLICT (provider, endpoint, event_id) DO NOTHING
 RETURNING true`
 
@@ -40,10 +42,14 @@ UPDATE webhook_inbox AS w
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
 RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts`
 
+// lockReceipt and lockReceipts return the event as the handlers get it, as
+// bytea: the exact bytes Stripe sent when jsonb could not hold them
+// (payload_raw), else the jsonb payload's text.
+
 // lockReceipt: $1 provider, $2 endpoint, $3 event_id. Waits for (not skips)
 // a row lock, and returns nothing when the row is already processed.
 const lockReceipt = `
-SELECT event_type, payload::text, livemode, coalesce(account, '')
+SELECT event_type, coalesce(payload_raw, convert_to(payload::text, 'UTF8')), livemode, coalesce(account, '')
   FROM webhook_inbox
  WHERE provider = $1 AND endpoint = $2 AND event_id = $3
    AND processed_at IS NULL
@@ -94,7 +100,7 @@ SELECT count(*) FILTER (WHERE attempts < $1),
 // business-key order (so concurrent batches lock in one order), and returns
 // their contents.
 const lockReceipts = `
-SELECT w.provider, w.endpoint, w.event_id, w.event_type, w.payload::text, w.livemode, coalesce(w.account, '')
+SELECT w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.payload_raw, convert_to(w.payload::text, 'UTF8')), w.livemode, coalesce(w.account, '')
   FROM webhook_inbox AS w
   JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint, event_id)
     ON (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
