@@ -23,6 +23,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/triggers"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/stripe-inbox/inbox/internal/database"
 )
 
 // Database users. The owner is the RDS master user: it owns the schema and
@@ -225,6 +227,20 @@ func (b *builder) database() {
 		DbProxyName:           jsii.String(ProxyName(b.s.StackName())),
 		MaxConnectionsPercent: jsii.Number(90),
 		BorrowTimeout:         awscdk.Duration_Seconds(jsii.Number(30)),
+		// The proxy closes a client connection idle this long (default
+		// 1,800 s, https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/rds-proxy-connections.html#rds-proxy-connection-pooling-tuning.idleclienttimeout).
+		// A Lambda instance is frozen between invocations, so its pool
+		// cannot close its own idle connections (MaxConnIdleTime runs only
+		// while the process does), and the worker's connections are pinned
+		// to a database session each (prepared statements, see
+		// internal/database). With the default, a frozen or abandoned worker
+		// instance holds up to DB_MAX_CONNS database sessions for 30
+		// minutes. Matching the pool's MaxConnIdleTime makes the proxy
+		// enforce the same idle bound the pool applies while running; a warm
+		// worker (invoked every minute) keeps its connections, and the pool
+		// pings a connection idle for more than a second before reusing it,
+		// so one the proxy closed is replaced, not used.
+		IdleClientTimeout: awscdk.Duration_Seconds(jsii.Number(database.MaxConnIdleTime.Seconds())),
 	})
 
 	b.signing = map[string]awssecretsmanager.Secret{}
@@ -259,6 +275,10 @@ type function struct {
 	timeout     awscdk.Duration
 	env         map[string]string
 	reserved    *float64
+	// maxEventAge, when set, marks a function EventBridge invokes
+	// asynchronously on a schedule: Lambda's own async retries are turned
+	// off and an event older than this is dropped (see newFunction).
+	maxEventAge awscdk.Duration
 }
 
 // lambdas defines the four functions: Go binaries for provided.al2023 on
@@ -296,7 +316,10 @@ func (b *builder) lambdas() {
 				"CLAIM_LIMIT":        "50",
 				"BATCH_SIZE":         "50",
 				"DB_MAX_CONNS":       "5",
+				"STRIPE_MODE":        b.s.StripeMode,
 			},
+			// The next tick comes in a minute: an older event only overlaps it.
+			maxEventAge: awscdk.Duration_Minutes(jsii.Number(1)),
 		},
 		{
 			name:        "purge",
@@ -308,6 +331,7 @@ func (b *builder) lambdas() {
 				"PURGE_BATCH_SIZE":         "1000",
 				"SCRUB_PAYLOAD_AFTER_DAYS": "0",
 			},
+			maxEventAge: awscdk.Duration_Hours(jsii.Number(1)),
 		},
 		{
 			name:        "migrate",
@@ -364,7 +388,7 @@ func (b *builder) newFunction(f function) awslambda.Function {
 		Retention:     retention(b.s.LogRetentionDays),
 		RemovalPolicy: b.removal(),
 	})
-	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
+	props := &awslambda.FunctionProps{
 		Description:                  jsii.String(f.description),
 		Runtime:                      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture:                 awslambda.Architecture_ARM_64(),
@@ -379,7 +403,22 @@ func (b *builder) newFunction(f function) awslambda.Function {
 		SecurityGroups:               &[]awsec2.ISecurityGroup{sg},
 		LogGroup:                     logs,
 		LoggingFormat:                awslambda.LoggingFormat_JSON,
-	})
+	}
+	if f.maxEventAge != nil {
+		// EventBridge invokes a Lambda target asynchronously, and Lambda
+		// retries an asynchronous invocation that fails twice by default,
+		// keeping the event queued for up to six hours
+		// (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-eventinvokeconfig.html).
+		// Those retries would stack on the target's own retry policy
+		// (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-retry-policy.html)
+		// and re-run a scheduled run long after the next tick. With
+		// RetryAttempts 0 and a bounded event age, the EventBridge target's
+		// retry policy (schedules()) is the only retry, and a failed run is
+		// left to the next tick and the Errors alarm.
+		props.RetryAttempts = jsii.Number(0)
+		props.MaxEventAge = f.maxEventAge
+	}
+	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), props)
 	b.proxy.Connections().AllowFrom(fn, awsec2.Port_Tcp(jsii.Number(databasePort)), jsii.String(f.name+" function to RDS Proxy"))
 	b.proxy.GrantConnect(fn, jsii.String(f.dbUser))
 	return fn
@@ -420,6 +459,7 @@ func (b *builder) schedules() {
 		Schedule:    awsevents.Schedule_Expression(jsii.String(b.s.PurgeSchedule)),
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(b.functions["purge"], &awseventstargets.LambdaFunctionProps{
 			RetryAttempts: jsii.Number(2),
+			MaxEventAge:   awscdk.Duration_Hours(jsii.Number(1)),
 		})},
 	})
 }

@@ -6,9 +6,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 )
 
@@ -187,8 +189,14 @@ func TestEnvironmentContract(t *testing.T) {
 
 	require.Equal(t, map[string]any{
 		"WORKER_CONCURRENCY": "4", "MAX_ATTEMPTS": "10", "LEASE": "2m", "STATEMENT_TIMEOUT": "2s",
-		"DEADLINE_MARGIN": "30s", "DB_MAX_CONNS": "5",
-	}, pick(environment(fns["worker"]), "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "LEASE", "STATEMENT_TIMEOUT", "DEADLINE_MARGIN", "DB_MAX_CONNS"))
+		"DEADLINE_MARGIN": "30s", "DB_MAX_CONNS": "5", "STRIPE_MODE": "test",
+	}, pick(environment(fns["worker"]), "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "LEASE", "STATEMENT_TIMEOUT", "DEADLINE_MARGIN", "DB_MAX_CONNS", "STRIPE_MODE"))
+	require.Equal(t, "live", environment(prod.appFunctions(t)["worker"])["STRIPE_MODE"], "prod books live money")
+	for name, fn := range fns {
+		if name != "worker" {
+			require.NotContains(t, environment(fn), "STRIPE_MODE", "%s does not start a worker", name)
+		}
+	}
 	require.Equal(t, map[string]any{"RETENTION_DAYS": "30", "PURGE_BATCH_SIZE": "1000", "SCRUB_PAYLOAD_AFTER_DAYS": "0"},
 		pick(environment(fns["purge"]), "RETENTION_DAYS", "PURGE_BATCH_SIZE", "SCRUB_PAYLOAD_AFTER_DAYS"))
 
@@ -324,6 +332,51 @@ func TestSchedules(t *testing.T) {
 	require.Equal(t, map[string]string{workerID: "rate(1 minute)", purgeID: "cron(15 3 * * ? *)"}, targets)
 }
 
+// TestScheduledFunctionsDoNotRetryAsync: Lambda's own async retries (two by
+// default, events queued up to six hours) are off for the functions
+// EventBridge invokes, so the target's retry policy is the only retry.
+func TestScheduledFunctionsDoNotRetryAsync(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod} {
+		configs := map[string]map[string]any{}
+		for id, c := range s.resources("AWS::Lambda::EventInvokeConfig") {
+			p := props(c)
+			fn := p["FunctionName"].(map[string]any)["Ref"].(string)
+			require.NotContains(t, configs, fn, id)
+			configs[fn] = p
+		}
+		workerID, _ := s.one(t, "AWS::Lambda::Function", "WorkerFunction")
+		purgeID, _ := s.one(t, "AWS::Lambda::Function", "PurgeFunction")
+		require.Len(t, configs, 2, "one async invoke config each for the worker and the purge")
+		for id, maxAge := range map[string]float64{workerID: 60, purgeID: 3600} {
+			require.Contains(t, configs, id)
+			require.Equal(t, 0.0, configs[id]["MaximumRetryAttempts"], id)
+			require.Equal(t, maxAge, configs[id]["MaximumEventAgeInSeconds"], id)
+			require.Equal(t, "$LATEST", configs[id]["Qualifier"], id)
+		}
+		for _, rule := range s.resources("AWS::Events::Rule") {
+			for _, target := range props(rule)["Targets"].([]any) {
+				policy := target.(map[string]any)["RetryPolicy"].(map[string]any)
+				require.NotNil(t, policy["MaximumRetryAttempts"])
+				require.NotNil(t, policy["MaximumEventAgeInSeconds"], "a bounded event age on the target too")
+			}
+		}
+	}
+}
+
+// TestProxyIdleClientTimeoutMatchesThePool: the proxy drops a client
+// connection idle as long as the pool would (internal/database), not after
+// its 30-minute default, so frozen worker instances do not hold pinned
+// sessions.
+func TestProxyIdleClientTimeoutMatchesThePool(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod} {
+		_, proxy := s.one(t, "AWS::RDS::DBProxy", "Proxy")
+		require.Equal(t, database.MaxConnIdleTime.Seconds(), props(proxy)["IdleClientTimeout"])
+		require.Less(t, database.MaxConnIdleTime, 30*time.Minute)
+	}
+}
+
 func TestAlarms(t *testing.T) {
 	t.Parallel()
 	byMetric := map[string][]map[string]any{}
@@ -341,7 +394,7 @@ func TestAlarms(t *testing.T) {
 	}
 	for metric, count := range map[string]int{
 		"OldestUnprocessedAgeSeconds": 1, "NeedsReviewCount": 1, "AnomalyCount": 1, "StoreFailed": 1,
-		"Url5xxCount": 1, "Errors": 4, "Throttles": 2, "FreeStorageSpace": 1, "DatabaseConnections": 1,
+		"Url5xxCount": 1, "Errors": 4, "Throttles": 3, "FreeStorageSpace": 1, "DatabaseConnections": 1,
 	} {
 		require.Len(t, byMetric[metric], count, metric)
 	}
@@ -358,6 +411,20 @@ func TestAlarms(t *testing.T) {
 		map[string]any{"Name": "Service", "Value": "worker"},
 		map[string]any{"Name": "Stage", "Value": "dev"},
 	}, stat["Metric"].(map[string]any)["Dimensions"])
+
+	// No data from the worker means its counts are unknown: the review and
+	// anomaly alarms fire then, as the backlog alarm does.
+	for _, metric := range []string{"NeedsReviewCount", "AnomalyCount"} {
+		require.Equal(t, "breaching", byMetric[metric][0]["TreatMissingData"], metric)
+	}
+	webhookID, _ := dev.one(t, "AWS::Lambda::Function", "WebhookFunction")
+	var throttled []string
+	for _, a := range byMetric["Throttles"] {
+		for _, d := range asSlice(a["Dimensions"]) {
+			throttled = append(throttled, asJSON(t, d.(map[string]any)["Value"]))
+		}
+	}
+	require.Contains(t, throttled, asJSON(t, map[string]any{"Ref": webhookID}), "the webhook has a Throttles alarm")
 
 	store := asJSON(t, byMetric["StoreFailed"][0])
 	require.Contains(t, store, `{"Name":"Service","Value":"webhook"}`)
