@@ -11,9 +11,9 @@ const testSecretARN = "arn:aws:secretsmanager:us-east-1:000000000000:secret:app-
 
 func awsEnv(overrides map[string]string) func(string) string {
 	m := map[string]string{
-		"DB_PROXY_HOST":     "inbox.proxy-abc.us-east-1.rds.amazonaws.com",
-		"DB_PROXY_PORT":     "5432",
-		"DB_NAME":           "inbox",
+		"DB_PROXY_HOST":         "inbox.proxy-abc.us-east-1.rds.amazonaws.com",
+		"DB_PROXY_PORT":         "5432",
+		"DB_NAME":               "inbox",
 		"DB_USER":               "inbox_owner",
 		"AWS_REGION":            "us-east-1",
 		"SCHEMA_OWNER_ROLE":     "inbox_schema_owner",

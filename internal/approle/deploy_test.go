@@ -55,10 +55,10 @@ func TestDeployerGivesUpAfterConnectWait(t *testing.T) {
 func TestDeployerFailsWithoutPassword(t *testing.T) {
 	t.Parallel()
 	d := &Deployer{
-		Connect:     func(context.Context) (*pgx.Conn, error) { t.Fatal("must not connect"); return nil, nil },
-		Passwords:   func(context.Context) (Passwords, error) { return Passwords{}, errors.New("AccessDenied") },
-		Roles:       Roles{Owner: "inbox_schema_owner", Webhook: "inbox_webhook", Worker: "inbox_worker", Purge: "inbox_purge"},
-		Logger:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Connect:   func(context.Context) (*pgx.Conn, error) { t.Fatal("must not connect"); return nil, nil },
+		Passwords: func(context.Context) (Passwords, error) { return Passwords{}, errors.New("AccessDenied") },
+		Roles:     Roles{Owner: "inbox_schema_owner", Webhook: "inbox_webhook", Worker: "inbox_worker", Purge: "inbox_purge"},
+		Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	}
 	_, err := d.Run(context.Background())
 	require.ErrorContains(t, err, "AccessDenied")
