@@ -27,15 +27,32 @@ import (
 	"github.com/stripe-inbox/inbox/internal/database"
 )
 
-// Database users. The owner is the RDS master user: it owns the schema and
-// only the migrate function connects as it. The app user is what the
-// webhook, worker and purge use; internal/approle creates it.
+// Database users and roles (internal/approle keeps them in shape).
+//
+// MasterUser is the RDS master user. Only the migrate function connects as
+// it; it creates the roles and SET ROLEs to SchemaOwnerRole to migrate. Its
+// name predates the owner role (it was the schema's owner), and an RDS
+// instance's master user name cannot change without replacing the instance.
+//
+// SchemaOwnerRole (NOLOGIN) owns the schema's objects. WebhookUser,
+// WorkerUser and PurgeUser are the functions' logins, each with only its
+// function's privileges, its own secret registered with the proxy and its
+// own rds-db:connect grant. LegacyAppUser is the role the three functions
+// shared before; the migrate function strips it (RETIRED_DB_USERS).
 const (
-	OwnerUser    = "inbox_owner"
-	AppUser      = "inbox_app"
-	DatabaseName = "inbox"
-	databasePort = 5432
+	MasterUser      = "inbox_owner"
+	SchemaOwnerRole = "inbox_schema_owner"
+	WebhookUser     = "inbox_webhook"
+	WorkerUser      = "inbox_worker"
+	PurgeUser       = "inbox_purge"
+	LegacyAppUser   = "inbox_app"
+	DatabaseName    = "inbox"
+	databasePort    = 5432
 )
+
+// functionUsers maps each function that serves traffic or schedules to its
+// database user.
+var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser}
 
 // SigningSecretPlaceholder is the initial text of each endpoint's signing
 // secret. It is deliberately not a whsec_ value, so the webhook refuses to
@@ -95,7 +112,7 @@ type builder struct {
 	dbSG        awsec2.SecurityGroup
 	proxy       awsrds.DatabaseProxy
 	proxySG     awsec2.SecurityGroup
-	appSecret   awsrds.DatabaseSecret
+	userSecrets map[string]awsrds.DatabaseSecret // by function
 	signing     map[string]awssecretsmanager.Secret
 	functions   map[string]awslambda.Function
 	functionURL awslambda.FunctionUrl
@@ -190,7 +207,7 @@ func (b *builder) database() {
 		Vpc:                     b.vpc,
 		VpcSubnets:              b.dataSubnets,
 		SecurityGroups:          &[]awsec2.ISecurityGroup{b.dbSG},
-		Credentials:             awsrds.Credentials_FromGeneratedSecret(jsii.String(OwnerUser), &awsrds.CredentialsBaseOptions{}),
+		Credentials:             awsrds.Credentials_FromGeneratedSecret(jsii.String(MasterUser), &awsrds.CredentialsBaseOptions{}),
 		DatabaseName:            jsii.String(DatabaseName),
 		Port:                    jsii.Number(databasePort),
 		ParameterGroup:          params,
@@ -207,11 +224,18 @@ func (b *builder) database() {
 		AutoMinorVersionUpgrade: jsii.Bool(true),
 	})
 
-	// The proxy logs in to PostgreSQL with these secrets; clients log in to
-	// the proxy with IAM tokens for the same user names.
-	b.appSecret = awsrds.NewDatabaseSecret(b.stack, jsii.String("AppUserSecret"), &awsrds.DatabaseSecretProps{
-		Username: jsii.String(AppUser),
-	})
+	// The proxy logs in to PostgreSQL with these secrets, one per database
+	// user (https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/rds-proxy-secrets-arns.html);
+	// clients log in to the proxy with IAM tokens for the same user names.
+	// The migrate function sets each role's password from its secret.
+	b.userSecrets = map[string]awsrds.DatabaseSecret{}
+	proxySecrets := []awssecretsmanager.ISecret{b.db.Secret()}
+	for _, fn := range []string{"webhook", "worker", "purge"} {
+		b.userSecrets[fn] = awsrds.NewDatabaseSecret(b.stack, jsii.String(OutputID(fn)+"UserSecret"), &awsrds.DatabaseSecretProps{
+			Username: jsii.String(functionUsers[fn]),
+		})
+		proxySecrets = append(proxySecrets, b.userSecrets[fn])
+	}
 	b.proxySG = awsec2.NewSecurityGroup(b.stack, jsii.String("ProxySecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:         b.vpc,
 		Description: jsii.String("RDS Proxy: reachable only from the functions"),
@@ -221,7 +245,7 @@ func (b *builder) database() {
 		Vpc:                   b.vpc,
 		VpcSubnets:            b.dataSubnets,
 		SecurityGroups:        &[]awsec2.ISecurityGroup{b.proxySG},
-		Secrets:               &[]awssecretsmanager.ISecret{b.db.Secret(), b.appSecret},
+		Secrets:               &proxySecrets,
 		IamAuth:               jsii.Bool(true),
 		RequireTLS:            jsii.Bool(true),
 		DbProxyName:           jsii.String(ProxyName(b.s.StackName())),
@@ -292,7 +316,7 @@ func (b *builder) lambdas() {
 		{
 			name:        "webhook",
 			description: "Verifies Stripe deliveries and commits them to the inbox",
-			dbUser:      AppUser,
+			dbUser:      WebhookUser,
 			timeout:     awscdk.Duration_Seconds(jsii.Number(10)),
 			reserved:    jsii.Number(float64(b.s.WebhookReservedConcurrency)),
 			env: map[string]string{
@@ -303,7 +327,7 @@ func (b *builder) lambdas() {
 		{
 			name:        "worker",
 			description: "Drains the inbox: applies each receipt's business effect once",
-			dbUser:      AppUser,
+			dbUser:      WorkerUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(2)),
 			env: map[string]string{
 				// Checked against internal/config's validation by
@@ -324,7 +348,7 @@ func (b *builder) lambdas() {
 		{
 			name:        "purge",
 			description: "Deletes processed receipts and published outbox rows past retention",
-			dbUser:      AppUser,
+			dbUser:      PurgeUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(10)),
 			env: map[string]string{
 				"RETENTION_DAYS":           fmt.Sprint(b.s.RetentionDays),
@@ -335,12 +359,18 @@ func (b *builder) lambdas() {
 		},
 		{
 			name:        "migrate",
-			description: "Deploy step: applies migrations and keeps the app role in shape",
-			dbUser:      OwnerUser,
+			description: "Deploy step: keeps the database roles in shape, migrates as the schema owner, grants",
+			dbUser:      MasterUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(10)),
 			env: map[string]string{
-				"APP_DB_USER":       AppUser,
-				"APP_DB_SECRET_ARN": *b.appSecret.SecretArn(),
+				"SCHEMA_OWNER_ROLE":     SchemaOwnerRole,
+				"WEBHOOK_DB_USER":       WebhookUser,
+				"WORKER_DB_USER":        WorkerUser,
+				"PURGE_DB_USER":         PurgeUser,
+				"WEBHOOK_DB_SECRET_ARN": *b.userSecrets["webhook"].SecretArn(),
+				"WORKER_DB_SECRET_ARN":  *b.userSecrets["worker"].SecretArn(),
+				"PURGE_DB_SECRET_ARN":   *b.userSecrets["purge"].SecretArn(),
+				"RETIRED_DB_USERS":      LegacyAppUser,
 			},
 		},
 	}
@@ -350,7 +380,9 @@ func (b *builder) lambdas() {
 	for _, s := range b.signing {
 		s.GrantRead(b.functions["webhook"], nil)
 	}
-	b.appSecret.GrantRead(b.functions["migrate"], nil)
+	for _, secret := range b.userSecrets {
+		secret.GrantRead(b.functions["migrate"], nil)
+	}
 	for _, name := range []string{"webhook", "migrate"} {
 		b.endpointSG.Connections().AllowFrom(b.functions[name], awsec2.Port_Tcp(jsii.Number(443)),
 			jsii.String(name+" function to Secrets Manager"))

@@ -3,7 +3,6 @@ package stack
 import (
 	"encoding/json"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -92,13 +91,18 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 		require.Equal(t, "POSTGRESQL", p["EngineFamily"])
 		require.Equal(t, ProxyName(s.settings.StackName()), p["DBProxyName"])
 		auth := p["Auth"].([]any)
-		require.Len(t, auth, 2, "the owner's and the app user's secrets")
+		require.Len(t, auth, 4, "the master's secret and one per function's user")
 		for _, a := range auth {
 			require.Equal(t, "REQUIRED", a.(map[string]any)["IAMAuth"])
 			require.Equal(t, "SECRETS", a.(map[string]any)["AuthScheme"])
 		}
-		appSecret, _ := s.one(t, "AWS::SecretsManager::Secret", "AppUserSecret")
-		require.Contains(t, asJSON(t, auth), `{"Ref":"`+appSecret+`"}`)
+		for _, fn := range []string{"webhook", "worker", "purge"} {
+			secret, _ := s.one(t, "AWS::SecretsManager::Secret", OutputID(fn)+"UserSecret")
+			require.Contains(t, asJSON(t, auth), `{"Ref":"`+secret+`"}`, fn)
+			require.Contains(t, asJSON(t, props(s.resources("AWS::SecretsManager::Secret")[secret])["GenerateSecretString"]),
+				`\"username\":\"`+functionUsers[fn]+`\"`, fn)
+		}
+		require.Empty(t, s.resources("AWS::SecretsManager::Secret")["AppUserSecret"], "the shared app user's secret is gone")
 	}
 	require.NotEqual(t, props(first(dev.resources("AWS::RDS::DBProxy")))["DBProxyName"],
 		props(first(prod.resources("AWS::RDS::DBProxy")))["DBProxyName"], "proxy names are per stack")
@@ -119,7 +123,7 @@ func TestDatabaseIsPrivateEncryptedAndForcesTLS(t *testing.T) {
 	require.Equal(t, true, p["StorageEncrypted"])
 	require.Equal(t, "postgres", p["Engine"])
 	require.True(t, p["EngineVersion"].(string) >= "17", "PostgreSQL 17 or newer, got %v", p["EngineVersion"])
-	require.Equal(t, OwnerUser, p["MasterUsername"])
+	require.Equal(t, MasterUser, p["MasterUsername"])
 	require.Equal(t, DatabaseName, p["DBName"])
 	require.GreaterOrEqual(t, p["BackupRetentionPeriod"], 7.0)
 	require.Contains(t, asJSON(t, p["MasterUserPassword"]), "{{resolve:secretsmanager:")
@@ -172,10 +176,7 @@ func TestEnvironmentContract(t *testing.T) {
 		require.Equal(t, "Stage=dev", env["METRICS_DIMENSIONS"], name)
 		require.NotContains(t, env, "AWS_REGION", "%s: AWS_REGION is reserved; Lambda sets it", name)
 		require.NotContains(t, env, "DATABASE_URL", name)
-		wantUser := AppUser
-		if name == "migrate" {
-			wantUser = OwnerUser
-		}
+		wantUser := map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "migrate": MasterUser}[name]
 		require.Equal(t, wantUser, env["DB_USER"], name)
 	}
 
@@ -200,10 +201,15 @@ func TestEnvironmentContract(t *testing.T) {
 	require.Equal(t, map[string]any{"RETENTION_DAYS": "30", "PURGE_BATCH_SIZE": "1000", "SCRUB_PAYLOAD_AFTER_DAYS": "0"},
 		pick(environment(fns["purge"]), "RETENTION_DAYS", "PURGE_BATCH_SIZE", "SCRUB_PAYLOAD_AFTER_DAYS"))
 
-	appSecret, _ := dev.one(t, "AWS::SecretsManager::Secret", "AppUserSecret")
 	migrate := environment(fns["migrate"])
-	require.Equal(t, AppUser, migrate["APP_DB_USER"])
-	require.Equal(t, map[string]any{"Ref": appSecret}, migrate["APP_DB_SECRET_ARN"])
+	require.Equal(t, map[string]any{
+		"SCHEMA_OWNER_ROLE": SchemaOwnerRole, "WEBHOOK_DB_USER": WebhookUser, "WORKER_DB_USER": WorkerUser, "PURGE_DB_USER": PurgeUser,
+		"RETIRED_DB_USERS": LegacyAppUser,
+	}, pick(migrate, "SCHEMA_OWNER_ROLE", "WEBHOOK_DB_USER", "WORKER_DB_USER", "PURGE_DB_USER", "RETIRED_DB_USERS"))
+	for _, fn := range []string{"webhook", "worker", "purge"} {
+		secret, _ := dev.one(t, "AWS::SecretsManager::Secret", OutputID(fn)+"UserSecret")
+		require.Equal(t, map[string]any{"Ref": secret}, migrate[strings.ToUpper(fn)+"_DB_SECRET_ARN"], fn)
+	}
 }
 
 func pick(m map[string]any, keys ...string) map[string]any {
@@ -284,22 +290,28 @@ func TestIAMGrantsAreScoped(t *testing.T) {
 			}
 			if dbConnect {
 				resJSON := asJSON(t, st["Resource"])
-				for _, user := range []string{OwnerUser, AppUser} {
+				found := 0
+				for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, LegacyAppUser, SchemaOwnerRole} {
 					if strings.Contains(resJSON, `/`+user+`"`) {
 						connectUsers[user] = append(connectUsers[user], id)
+						found++
 					}
 				}
+				require.Equal(t, 1, found, "%s: one database user per rds-db:connect statement: %s", id, resJSON)
 				require.NotContains(t, resJSON, `/*`, id)
 			}
 		}
 	}
-	sort.Strings(connectUsers[AppUser])
-	require.Len(t, connectUsers[OwnerUser], 1, "only the migrate function connects as the owner")
-	require.True(t, strings.HasPrefix(connectUsers[OwnerUser][0], "MigrateFunction"), connectUsers[OwnerUser])
-	require.Len(t, connectUsers[AppUser], 3)
-	for _, id := range connectUsers[AppUser] {
-		require.False(t, strings.HasPrefix(id, "MigrateFunction"), id)
+	// Each database user is reachable by exactly one function: the one it
+	// serves. Nobody connects as the retired shared user or the owner role.
+	for user, prefix := range map[string]string{
+		MasterUser: "MigrateFunction", WebhookUser: "WebhookFunction", WorkerUser: "WorkerFunction", PurgeUser: "PurgeFunction",
+	} {
+		require.Len(t, connectUsers[user], 1, "%s: %v", user, connectUsers[user])
+		require.True(t, strings.HasPrefix(connectUsers[user][0], prefix), "%s is granted to %v", user, connectUsers[user])
 	}
+	require.Empty(t, connectUsers[LegacyAppUser])
+	require.Empty(t, connectUsers[SchemaOwnerRole])
 }
 
 func TestOnlyTheWebhookHasAPublicURL(t *testing.T) {
