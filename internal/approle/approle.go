@@ -426,6 +426,14 @@ func Grant(ctx context.Context, conn *pgx.Conn, roles Roles) error {
 		if err != nil {
 			return err
 		}
+		// A retired role that never existed here (a stack created after
+		// it was retired) has nothing to revoke.
+		var retired []string
+		if err := tx.QueryRow(ctx, "SELECT coalesce(array_agg(rolname ORDER BY rolname), '{}') FROM pg_roles WHERE rolname = ANY ($1)",
+			roles.Retired).Scan(&retired); err != nil {
+			return fmt.Errorf("looking up the retired roles: %w", err)
+		}
+		roles.Retired = retired
 		for _, stmt := range grants(roles, columns) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("granting privileges (%s): %w", stmt, err)
