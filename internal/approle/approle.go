@@ -20,7 +20,8 @@
 //     privileges, every table a later migration creates), SELECT and UPDATE
 //     on webhook_inbox (claims, outcomes), nothing on schema_migrations.
 //
-// None of them may create, alter or drop objects.
+// None of them may create, alter or drop objects; only the worker may create
+// temporary tables (the database's TEMPORARY privilege is taken from PUBLIC).
 //
 // The deploy step connects as the RDS master user. On RDS that user is not a
 // PostgreSQL superuser: it is created NOSUPERUSER with CREATEROLE and CREATEDB
@@ -229,6 +230,12 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 			return err
 		}
 
+		// Temporary tables are a privilege of the database that PUBLIC
+		// holds by default; of the functions only the worker keeps it
+		// (nothing uses it today, but a handler may one day).
+		if _, err := tx.Exec(ctx, "REVOKE TEMPORARY ON DATABASE "+db+" FROM PUBLIC"); err != nil {
+			return fmt.Errorf("revoking temporary tables from PUBLIC: %w", err)
+		}
 		for _, l := range roles.logins() {
 			u, err := ensureLogin(ctx, tx, l[1], verifiers[l[0]], iamRole)
 			res.Users = append(res.Users, u)
@@ -236,8 +243,13 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 				return err
 			}
 			role := pgx.Identifier{l[1]}.Sanitize()
+			temp := "REVOKE TEMPORARY ON DATABASE " + db + " FROM " + role
+			if l[0] == "worker" {
+				temp = "GRANT TEMPORARY ON DATABASE " + db + " TO " + role
+			}
 			for _, stmt := range []string{
 				"GRANT CONNECT ON DATABASE " + db + " TO " + role,
+				temp,
 				"GRANT USAGE ON SCHEMA public TO " + role,
 				"REVOKE CREATE ON SCHEMA public FROM " + role,
 			} {

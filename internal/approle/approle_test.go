@@ -344,6 +344,7 @@ func TestWebhookRoleMayOnlyStoreReceipts(t *testing.T) {
 		"SELECT 1 FROM anomalies", "INSERT INTO anomalies (kind, subject_id, endpoint, event_id) VALUES ('k', 's', 'e', 'v')",
 		"UPDATE anomalies SET resolved_at = now()",
 		"SELECT 1 FROM schema_migrations",
+		"CREATE TEMP TABLE scratch (id int)",
 	)
 	requireDenied(t, webhook, ddl...)
 }
@@ -393,6 +394,7 @@ func TestPurgeRoleMayOnlyPurge(t *testing.T) {
 			VALUES ('stripe', 'billing', 'evt_x', 'invoice.paid', false, '{}')`,
 		"UPDATE webhook_inbox SET processed_at = NULL",
 		"UPDATE webhook_inbox SET attempts = 0",
+		"CREATE TEMP TABLE scratch (id int)",
 	)
 	requireDenied(t, purge, ddl...)
 }
@@ -431,6 +433,7 @@ func TestWorkerRoleAppliesEffectsButCannotChangeTheSchema(t *testing.T) {
 		"INSERT INTO anomalies (kind, subject_id, endpoint, event_id) VALUES ('k', 'in_w', 'billing', 'evt_w')",
 		"UPDATE webhook_inbox SET attempts = attempts WHERE event_id = 'evt_1'",
 		"SELECT payload FROM webhook_inbox",
+		"CREATE TEMP TABLE scratch (id int)",
 	} {
 		_, err := conn.Exec(d.ctx, q)
 		require.NoError(t, err, q)
