@@ -343,7 +343,7 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 	if !found {
 		return AlreadyDone, false, nil
 	}
-	res, err := w.handlers.Apply(ctx, tx, handlers.Event{ID: c.EventID, Type: locked.EventType, Endpoint: c.Endpoint, Payload: locked.Payload})
+	res, err := applyHandler(ctx, w.handlers, tx, handlers.Event{ID: c.EventID, Type: locked.EventType, Endpoint: c.Endpoint, Payload: locked.Payload})
 	if err != nil {
 		return "", false, err
 	}

@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -271,11 +273,51 @@ func (w *Worker) backoff(attempt int) time.Duration {
 	return time.Duration(float64(d) * (0.5 + w.Jitter()/2))
 }
 
+// applyHandler runs the handler for ev. A panic in it is returned as a
+// *panicError, so that it fails only this receipt: re-raised, it would end
+// the process (the drainer goroutines are not the Lambda runtime's, which
+// does not recover them) and lose every drainer's work in flight.
+func applyHandler(ctx context.Context, reg handlers.Registry, db handlers.DB, ev handlers.Event) (res handlers.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = handlers.Result{}, &panicError{value: p, stack: debug.Stack()}
+		}
+	}()
+	return reg.Apply(ctx, db, ev)
+}
+
+// panicError is a handler's panic: its value and the stack where it
+// happened.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	// From the frame that panicked: the frames above it (debug.Stack, the
+	// deferred function, panic itself) say nothing about the cause.
+	stack := string(e.stack)
+	if i := strings.Index(stack, "\npanic("); i >= 0 {
+		rest := stack[i+1:]
+		for range 2 { // the panic( line and its file:line
+			if j := strings.IndexByte(rest, '\n'); j >= 0 {
+				rest = rest[j+1:]
+			}
+		}
+		stack = rest
+	}
+	return fmt.Sprintf("%v\n%s", e.value, stack)
+}
+
 // describe turns an error into last_error: its class and a truncated message.
 func describe(err error) string {
 	class := "error"
+	max := 500
 	var pgErr *pgconn.PgError
+	var panicErr *panicError
 	switch {
+	case errors.As(err, &panicErr):
+		class, max = "panic", 2000 // room for the top of the stack
 	case errors.As(err, &pgErr):
 		class = "pg " + pgErr.Code
 	case errors.Is(err, handlers.ErrBadPayload):
@@ -286,9 +328,8 @@ func describe(err error) string {
 		class = "canceled"
 	}
 	msg := err.Error()
-	const max = 500
 	if len(msg) > max {
-		msg = msg[:max] + "…"
+		msg = strings.ToValidUTF8(msg[:max], "") + "…" // not a rune cut in two: last_error is text
 	}
 	return class + ": " + msg
 }

@@ -1,0 +1,84 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+// Failures that must stay with their own receipt: a misbehaving handler in
+// the middle of a batch of ordinary ones (test.note, see waveRegistry) fails
+// only its own receipt, on both processing paths (TestEveryTestAtBatchSizeOne
+// re-runs these at batch size 1).
+
+// misbehavingRegistry adds to waveRegistry's handlers:
+//   - test.panic writes a note, then panics;
+//   - test.panic_first panics before any statement.
+func misbehavingRegistry(t *testing.T) handlers.Registry {
+	reg := waveRegistry(t)
+	reg["test.panic"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		if _, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Test', $1, 'note', '{}')", ev.ID); err != nil {
+			return handlers.Result{}, err
+		}
+		var m map[string]int
+		m[ev.ID]++ // a nil map: a handler bug
+		return handlers.Result{Outcome: handlers.Applied}, nil
+	}
+	reg["test.panic_first"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		panic(fmt.Sprintf("cannot handle %s", ev.ID))
+	}
+	return reg
+}
+
+// receiveAround stores e1, e2 (of type middle), e3, e4, e5: batches run in
+// object-id order, which here is event-id order, so the culprit is in the
+// middle of the batch.
+func (b *testBundle) receiveAround(t *testing.T, middle string) {
+	t.Helper()
+	b.receive(t, stripetest.Event("e1", "test.note", map[string]any{"id": "e1"}))
+	b.receive(t, stripetest.Event("e2", middle, map[string]any{"id": "e2"}))
+	for _, id := range []string{"e3", "e4", "e5"} {
+		b.receive(t, stripetest.Event(id, "test.note", map[string]any{"id": id}))
+	}
+}
+
+// requireOnlyE2Failed checks that e1, e3, e4 and e5 took effect once, with
+// the one attempt their claim counted, and that e2 alone is unprocessed, its
+// failure recorded (last_error LIKE lastError), its statements rolled back.
+func (b *testBundle) requireOnlyE2Failed(t *testing.T, s worker.Summary, lastError string) {
+	t.Helper()
+	require.Equal(t, 4, s.Processed)
+	require.Equal(t, 1, s.Failed)
+	for _, id := range []string{"e1", "e3", "e4", "e5"} {
+		require.Equal(t, 1, b.db.Count(t, "outbox", "aggregate_id = $1", id), id)
+	}
+	require.Equal(t, 0, b.db.Count(t, "outbox", "aggregate_id = 'e2'"), "the culprit's statements rolled back")
+	require.Equal(t, 4, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1 AND last_error IS NULL"))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'e2' AND processed_at IS NULL AND attempts = 1 AND last_error LIKE $1", lastError),
+		"the culprit's failure is recorded on it")
+}
+
+// TestHandlerPanicFailsOnlyItsReceipt: a handler that panics (after a
+// statement, or before any) does not end the process; the panic is that
+// receipt's failure, with its value and the stack of the handler in
+// last_error, and the batch goes on.
+func TestHandlerPanicFailsOnlyItsReceipt(t *testing.T) {
+	for _, tc := range []struct{ typ, lastError string }{
+		{"test.panic", "panic: assignment to entry in nil map%misbehavingRegistry.func1%isolation_test.go:%"},
+		{"test.panic_first", "panic: cannot handle e2%misbehavingRegistry.func2%isolation_test.go:%"},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.receiveAround(t, tc.typ)
+			w := b.newWorker(t, misbehavingRegistry(t), worker.Config{Concurrency: 1, ClaimLimit: 5})
+			b.requireOnlyE2Failed(t, b.run(t, w), tc.lastError)
+		})
+	}
+}
