@@ -19,9 +19,46 @@ import (
 
 // misbehavingRegistry adds to waveRegistry's handlers:
 //   - test.panic writes a note, then panics;
-//   - test.panic_first panics before any statement.
+//   - test.panic_first panics before any statement;
+//   - test.unpreparable's first statement fails when it is prepared (before
+//     it runs);
+//   - test.unencodable's first statement has an argument that cannot be
+//     encoded (it fails before it is sent);
+//   - test.swallow writes a note, then a statement that fails, ignores the
+//     error and returns success: the transaction is aborted;
+//   - test.lost_connection writes a note, then its session is terminated.
 func misbehavingRegistry(t *testing.T) handlers.Registry {
 	reg := waveRegistry(t)
+	note := func(ctx context.Context, tx handlers.DB, id string) error {
+		_, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Test', $1, 'note', '{}')", id)
+		return err
+	}
+	then := func(second func(ctx context.Context, tx handlers.DB, ev handlers.Event) error) handlers.Handler {
+		return func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+			if err := note(ctx, tx, ev.ID); err != nil {
+				return handlers.Result{}, err
+			}
+			return handlers.Result{Outcome: handlers.Applied}, second(ctx, tx, ev)
+		}
+	}
+	// As a handler's first statement, sent in a wave with the other
+	// receipts' first statements: the whole wave fails.
+	reg["test.unpreparable"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		_, err := tx.Exec(ctx, "UPDATE outbox SET no_such_column = 1 WHERE aggregate_id = $1", ev.ID)
+		return handlers.Result{Outcome: handlers.Applied}, err
+	}
+	reg["test.unencodable"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		_, err := tx.Exec(ctx, "UPDATE outbox SET event_type = $2 WHERE aggregate_id = $1", ev.ID, make(chan int))
+		return handlers.Result{Outcome: handlers.Applied}, err
+	}
+	reg["test.swallow"] = then(func(ctx context.Context, tx handlers.DB, ev handlers.Event) error {
+		_, _ = tx.Exec(ctx, "INSERT INTO invoices (id, status) VALUES ($1, 'paid')", ev.ID) // customer_id is NOT NULL
+		return nil
+	})
+	reg["test.lost_connection"] = then(func(ctx context.Context, tx handlers.DB, ev handlers.Event) error {
+		_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+		return err
+	})
 	reg["test.panic"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		if _, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Test', $1, 'note', '{}')", ev.ID); err != nil {
 			return handlers.Result{}, err
@@ -70,8 +107,31 @@ func (b *testBundle) requireOnlyE2Failed(t *testing.T, s worker.Summary, lastErr
 // last_error, and the batch goes on.
 func TestHandlerPanicFailsOnlyItsReceipt(t *testing.T) {
 	for _, tc := range []struct{ typ, lastError string }{
-		{"test.panic", "panic: assignment to entry in nil map%misbehavingRegistry.func1%isolation_test.go:%"},
-		{"test.panic_first", "panic: cannot handle e2%misbehavingRegistry.func2%isolation_test.go:%"},
+		{"test.panic", "panic: assignment to entry in nil map%misbehavingRegistry.%isolation_test.go:%"},
+		{"test.panic_first", "panic: cannot handle e2%misbehavingRegistry.%isolation_test.go:%"},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.receiveAround(t, tc.typ)
+			w := b.newWorker(t, misbehavingRegistry(t), worker.Config{Concurrency: 1, ClaimLimit: 5})
+			b.requireOnlyE2Failed(t, b.run(t, w), tc.lastError)
+		})
+	}
+}
+
+// TestBatchTransactionFailureFailsOnlyTheCulprit: a handler that breaks the
+// batch's transaction itself (not only its own statements) fails only its
+// own receipt. The batch falls back to one transaction per receipt (on a
+// new connection when the old one was lost), so the others are applied in
+// this run with the attempt their claim counted, and the culprit's failure
+// is recorded on it. Before, the whole batch failed and came back together.
+func TestBatchTransactionFailureFailsOnlyTheCulprit(t *testing.T) {
+	for _, tc := range []struct{ typ, lastError string }{
+		{"test.unpreparable", "pg 42703:%no_such_column%"},
+		{"test.unencodable", "%chan int%"},
+		{"test.swallow", "pg 25P02:%"},
+		{"test.lost_connection", "pg 57P01:%"},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			t.Parallel()

@@ -171,14 +171,16 @@ func (w *Worker) emit(ctx context.Context, s Summary) {
 // left or the deadline margin is reached.
 func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, error) {
 	var s Summary
-	conn, err := w.pool.Acquire(ctx)
-	if err != nil {
-		return s, fmt.Errorf("drainer %d: acquiring a connection: %w", id, err)
-	}
-	defer conn.Release()
+	dc := &drainConn{pool: w.pool}
+	defer dc.release()
+	conns := dc.get
 
 	expired := func() bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
 	for !expired() && ctx.Err() == nil {
+		conn, err := conns(ctx)
+		if err != nil {
+			return s, fmt.Errorf("drainer %d: %w", id, err)
+		}
 		claimed, err := inbox.Claim(ctx, conn, inbox.ClaimParams{
 			Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
 		})
@@ -194,7 +196,11 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 				for _, r := range claimed[i:] {
 					rest = append(rest, r.Key)
 				}
-				if err := inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now()); err != nil {
+				conn, err := conns(context.WithoutCancel(ctx))
+				if err == nil {
+					err = inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now())
+				}
+				if err != nil {
 					w.logger.ErrorContext(ctx, "releasing claims", "error", err, "count", len(rest))
 				} else {
 					s.Released += len(rest)
@@ -202,13 +208,13 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 				return s, nil
 			}
 			if w.cfg.BatchSize <= 1 {
-				o, anomaly := w.Process(ctx, conn.Conn(), claimed[i])
+				o, anomaly := w.process(ctx, conns, claimed[i])
 				s.add(o, anomaly)
 				i++
 				continue
 			}
 			batch := claimed[i:min(i+w.cfg.BatchSize, len(claimed))]
-			outcomes, anomalies := w.ProcessBatch(ctx, conn.Conn(), batch)
+			outcomes, anomalies := w.processBatch(ctx, conns, batch)
 			for j := range outcomes {
 				s.add(outcomes[j], anomalies[j])
 			}
@@ -218,9 +224,50 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 	return s, nil
 }
 
+// connSource gives a processing transaction its connection.
+type connSource func(context.Context) (*pgx.Conn, error)
+
+// fixedConn always gives conn.
+func fixedConn(conn *pgx.Conn) connSource {
+	return func(context.Context) (*pgx.Conn, error) { return conn, nil }
+}
+
+// drainConn is a drainer's connection. One that was lost (the server ended
+// the session, the network failed) is replaced at the next get, so a lost
+// connection costs only the transaction that was on it: the receipts of a
+// failed batch are retried, and a failure recorded, on a new one.
+type drainConn struct {
+	pool *pgxpool.Pool
+	conn *pgxpool.Conn
+}
+
+func (d *drainConn) get(ctx context.Context) (*pgx.Conn, error) {
+	if d.conn != nil && !d.conn.Conn().IsClosed() {
+		return d.conn.Conn(), nil
+	}
+	d.release() // the pool discards a closed connection
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquiring a connection: %w", err)
+	}
+	d.conn = conn
+	return conn.Conn(), nil
+}
+
+func (d *drainConn) release() {
+	if d.conn != nil {
+		d.conn.Release()
+		d.conn = nil
+	}
+}
+
 // Process applies one claimed receipt on conn and records the outcome. It
 // reports whether the receipt raised an anomaly.
 func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (Outcome, bool) {
+	return w.process(ctx, fixedConn(conn), c)
+}
+
+func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed) (Outcome, bool) {
 	start := time.Now()
 	log := w.logger.With("endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType, "attempt", c.Attempts)
 
@@ -228,7 +275,7 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 		outcome Outcome
 		anomaly bool
 	)
-	err := inTx(ctx, conn, func(tx pgx.Tx) error {
+	err := inTxOn(ctx, conns, func(tx pgx.Tx) error {
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
 			return err
 		}
@@ -245,7 +292,7 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 		// worker that took it over after the lease; then this gives up and
 		// the lease brings the row back.
 		rctx := context.WithoutCancel(ctx)
-		if rerr := inTx(rctx, conn, func(tx pgx.Tx) error {
+		if rerr := inTxOn(rctx, conns, func(tx pgx.Tx) error {
 			if err := w.setStatementTimeout(rctx, tx); err != nil {
 				return err
 			}
@@ -350,6 +397,15 @@ func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
 		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
+}
+
+// inTxOn is inTx on a connection from conns.
+func inTxOn(ctx context.Context, conns connSource, fn func(pgx.Tx) error) error {
+	conn, err := conns(ctx)
+	if err != nil {
+		return err
+	}
+	return inTx(ctx, conn, fn)
 }
 
 // setStatementTimeout bounds every statement of tx, including lock waits.
