@@ -87,16 +87,26 @@ func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time
 	return nil
 }
 
-// Release gives back claimed receipts that were not attempted.
-func Release(ctx context.Context, db DB, keys []Key, now *time.Time) error {
-	if len(keys) == 0 {
-		return nil
+// Release gives back claimed receipts that were not attempted, and returns
+// how many it gave back. It releases only a claim that is still the
+// caller's: the attempt count the claim returned is the fencing token. Once
+// the lease has expired another worker may have claimed the receipt again
+// (counting another attempt); that claim is left alone.
+func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	keys := make([]Key, len(claims))
+	attempts := make([]int32, len(claims))
+	for i, c := range claims {
+		keys[i], attempts[i] = c.Key, int32(c.Attempts)
 	}
 	ps, es, ids := keyArrays(keys)
-	if _, err := db.Exec(ctx, releaseClaims, ps, es, ids, now); err != nil {
-		return fmt.Errorf("releasing %d claims: %w", len(keys), err)
+	tag, err := db.Exec(ctx, releaseClaims, ps, es, ids, attempts, now)
+	if err != nil {
+		return 0, fmt.Errorf("releasing %d claims: %w", len(claims), err)
 	}
-	return nil
+	return int(tag.RowsAffected()), nil
 }
 
 // Backlog describes the unprocessed receipts.

@@ -69,15 +69,21 @@ UPDATE webhook_inbox
  WHERE provider = $1 AND endpoint = $2 AND event_id = $3
    AND processed_at IS NULL`
 
-// releaseClaims: $1 providers, $2 endpoints, $3 event_ids, $4 now. Gives
-// back claimed rows that were never attempted (the invocation is about to
-// end): the attempt is uncounted and the row is claimable at once.
+// releaseClaims: $1 providers, $2 endpoints, $3 event_ids, $4 the attempts
+// each claim returned, $5 now. Gives back claimed rows that were never
+// attempted (the invocation is about to end): the attempt is uncounted and
+// the row is claimable at once. A row whose attempts differ from its claim's
+// was claimed again by another worker after the lease expired: it is not
+// ours to release. (Attempts only grow, except by a release: a row released
+// back to our count was released by the worker that re-claimed it, and then
+// neither of us attempted it.)
 const releaseClaims = `
 UPDATE webhook_inbox AS w
    SET attempts     = greatest(w.attempts - 1, 0),
-       available_at = coalesce($4::timestamptz, now())
-  FROM unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint, event_id)
+       available_at = coalesce($5::timestamptz, now())
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, endpoint, event_id, attempts)
  WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
+   AND w.attempts = k.attempts
    AND w.processed_at IS NULL`
 
 // backlogStats: $1 max_attempts, $2 now. Reads only unprocessed rows

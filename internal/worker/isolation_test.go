@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
@@ -141,4 +143,41 @@ func TestBatchTransactionFailureFailsOnlyTheCulprit(t *testing.T) {
 			b.requireOnlyE2Failed(t, b.run(t, w), tc.lastError)
 		})
 	}
+}
+
+// TestLateReleaseLeavesTheNextClaimAlone: worker A claims a receipt and
+// stalls past its lease; worker B claims it again. When A wakes up at the
+// end of its invocation and gives back what it did not start, B's claim is
+// not undone: its attempt stays counted and the receipt stays hidden for
+// B's lease.
+func TestLateReleaseLeavesTheNextClaimAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, paid("evt_rel", "in_rel"))
+	ctx := context.Background()
+	lease := time.Minute
+	t0 := future()
+	claimA, err := inbox.Claim(ctx, b.db.Connect(t), inbox.ClaimParams{Now: &t0, MaxAttempts: 10, Limit: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, claimA, 1)
+
+	t1 := t0.Add(lease + time.Second) // A's lease has expired
+	claimB, err := inbox.Claim(ctx, b.db.Connect(t), inbox.ClaimParams{Now: &t1, MaxAttempts: 10, Limit: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, claimB, 1)
+	require.Equal(t, 2, claimB[0].Attempts)
+
+	released, err := inbox.Release(ctx, b.pool, claimA, &t1)
+	require.NoError(t, err)
+	require.Zero(t, released, "A's claim is no longer A's")
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_rel' AND attempts = 2 AND available_at = $1", t1.Add(lease)))
+	again, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{Now: &t1, MaxAttempts: 10, Limit: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Empty(t, again, "B's lease still hides the receipt")
+
+	// B's own release works.
+	released, err = inbox.Release(ctx, b.pool, claimB, &t1)
+	require.NoError(t, err)
+	require.Equal(t, 1, released)
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_rel' AND attempts = 1 AND available_at = $1", t1))
 }

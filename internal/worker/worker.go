@@ -192,18 +192,16 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 		}
 		for i := 0; i < len(claimed); {
 			if expired() || ctx.Err() != nil {
-				rest := make([]inbox.Key, 0, len(claimed)-i)
-				for _, r := range claimed[i:] {
-					rest = append(rest, r.Key)
-				}
+				rest := claimed[i:]
 				conn, err := conns(context.WithoutCancel(ctx))
+				var released int
 				if err == nil {
-					err = inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now())
+					released, err = inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now())
 				}
 				if err != nil {
 					w.logger.ErrorContext(ctx, "releasing claims", "error", err, "count", len(rest))
 				} else {
-					s.Released += len(rest)
+					s.Released += released
 				}
 				return s, nil
 			}
