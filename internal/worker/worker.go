@@ -133,35 +133,44 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 
 	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	backlog, err := inbox.Stats(statsCtx, w.pool, w.cfg.MaxAttempts, w.Now())
-	if err != nil {
-		errs = append(errs, err)
+	backlog, backlogErr := inbox.Stats(statsCtx, w.pool, w.cfg.MaxAttempts, w.Now())
+	if backlogErr != nil {
+		errs = append(errs, backlogErr)
 	}
-	unresolved, err := handlers.UnresolvedAnomalies(statsCtx, w.pool)
-	if err != nil {
-		errs = append(errs, err)
+	unresolved, anomaliesErr := handlers.UnresolvedAnomalies(statsCtx, w.pool)
+	if anomaliesErr != nil {
+		errs = append(errs, anomaliesErr)
 	}
 	total.Remaining, total.OldestAgeSeconds, total.NeedsReview = backlog.Count, backlog.OldestAgeSeconds, backlog.NeedsReview
 	total.UnresolvedAnomalies = unresolved
 	total.DurationMs = time.Since(start).Milliseconds()
 
-	runErr := errors.Join(errs...)
-	if runErr == nil {
-		w.emit(ctx, total)
-	}
-	return total, runErr
+	// Whatever failed, emit what is known: the counts of this run always,
+	// and each gauge that could be read. A gauge missing only when it could
+	// not be read keeps one drainer's transient error from hiding the
+	// backlog (the alarms treat missing data as breaching).
+	w.emit(ctx, total, backlogErr == nil, anomaliesErr == nil)
+	return total, errors.Join(errs...)
 }
 
-func (w *Worker) emit(ctx context.Context, s Summary) {
-	err := w.metrics.Emit(nil,
-		metrics.Metric{Name: "BacklogCount", Value: float64(s.Remaining), Unit: metrics.Count},
-		metrics.Metric{Name: "OldestUnprocessedAgeSeconds", Value: s.OldestAgeSeconds, Unit: metrics.Seconds},
-		metrics.Metric{Name: "NeedsReviewCount", Value: float64(s.NeedsReview), Unit: metrics.Count},
-		metrics.Metric{Name: "AnomalyCount", Value: float64(s.UnresolvedAnomalies), Unit: metrics.Count},
+// emit writes the run's counts, the backlog gauges when backlog is true
+// (they were read) and AnomalyCount when anomalies is true.
+func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
+	var ms []metrics.Metric
+	if backlog {
+		ms = append(ms,
+			metrics.Metric{Name: "BacklogCount", Value: float64(s.Remaining), Unit: metrics.Count},
+			metrics.Metric{Name: "OldestUnprocessedAgeSeconds", Value: s.OldestAgeSeconds, Unit: metrics.Seconds},
+			metrics.Metric{Name: "NeedsReviewCount", Value: float64(s.NeedsReview), Unit: metrics.Count})
+	}
+	if anomalies {
+		ms = append(ms, metrics.Metric{Name: "AnomalyCount", Value: float64(s.UnresolvedAnomalies), Unit: metrics.Count})
+	}
+	err := w.metrics.Emit(nil, append(ms,
 		metrics.Metric{Name: "Processed", Value: float64(s.Processed), Unit: metrics.Count},
 		metrics.Metric{Name: "Failed", Value: float64(s.Failed), Unit: metrics.Count},
 		metrics.Metric{Name: "Ignored", Value: float64(s.Ignored), Unit: metrics.Count},
-	)
+	)...)
 	if err != nil {
 		w.logger.ErrorContext(ctx, "writing metrics", "error", err)
 	}
