@@ -79,9 +79,11 @@ func MarkProcessed(ctx context.Context, tx DB, k Key, outcome string, now *time.
 }
 
 // RecordFailure stores the error and makes the row claimable again after
-// delay, unless another worker has completed it meanwhile.
-func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time.Duration, now *time.Time) error {
-	if _, err := db.Exec(ctx, recordFailure, k.Provider, k.Endpoint, k.EventID, errText, now, delay.Milliseconds()); err != nil {
+// delay, unless another worker has completed it meanwhile. A row that has
+// used up maxAttempts is not claimable again: it waits for review, out of
+// the claim's way.
+func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time.Duration, now *time.Time, maxAttempts int) error {
+	if _, err := db.Exec(ctx, recordFailure, k.Provider, k.Endpoint, k.EventID, errText, now, delay.Milliseconds(), maxAttempts); err != nil {
 		return fmt.Errorf("recording failure of receipt %s: %w", k.EventID, err)
 	}
 	return nil
@@ -105,6 +107,19 @@ func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int,
 	tag, err := db.Exec(ctx, releaseClaims, ps, es, ids, attempts, now)
 	if err != nil {
 		return 0, fmt.Errorf("releasing %d claims: %w", len(claims), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ParkNeedsReview moves the unprocessed receipts that used up maxAttempts
+// but are still in the claim's range out of it (see parkNeedsReview), and
+// returns how many it moved. Claims and failures park receipts as they
+// reach the limit; this catches those that reached it before, or whose limit
+// was lowered.
+func ParkNeedsReview(ctx context.Context, db DB, maxAttempts int) (int, error) {
+	tag, err := db.Exec(ctx, parkNeedsReview, maxAttempts)
+	if err != nil {
+		return 0, fmt.Errorf("parking receipts that need review: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

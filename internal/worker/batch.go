@@ -303,7 +303,7 @@ func (s *batchState) finish(it *waveItem, sp string) error {
 		return nil
 	}
 	text, delay := describe(r.err), s.w.backoff(c.Attempts)
-	if err := inbox.RecordFailure(s.ctx, s.tx, c.Key, text, delay, s.w.Now()); err != nil {
+	if err := inbox.RecordFailure(s.ctx, s.tx, c.Key, text, delay, s.w.Now(), s.w.cfg.MaxAttempts); err != nil {
 		return err // the transaction itself is unusable
 	}
 	s.outcomes[it.i] = Failed

@@ -133,6 +133,13 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 
 	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	// Receipts that reached the attempt limit before claims and failures
+	// parked them (out of the claim's index range) are parked here.
+	if parked, err := inbox.ParkNeedsReview(statsCtx, w.pool, w.cfg.MaxAttempts); err != nil {
+		errs = append(errs, err)
+	} else if parked > 0 {
+		w.logger.InfoContext(ctx, "parked receipts that need review", "count", parked)
+	}
 	backlog, backlogErr := inbox.Stats(statsCtx, w.pool, w.cfg.MaxAttempts, w.Now())
 	if backlogErr != nil {
 		errs = append(errs, backlogErr)
@@ -303,7 +310,7 @@ func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed)
 			if err := w.setStatementTimeout(rctx, tx); err != nil {
 				return err
 			}
-			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now())
+			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now(), w.cfg.MaxAttempts)
 		}); rerr != nil {
 			log.ErrorContext(ctx, "recording failure", "error", rerr)
 		}
