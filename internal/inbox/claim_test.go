@@ -88,17 +88,13 @@ func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
 }
 
 // claimIndexScan runs the claim's statement under EXPLAIN (ANALYZE, BUFFERS,
-// FORMAT JSON) in a transaction it rolls back, and returns the plan node that
-// scans webhook_inbox_unprocessed.
+// FORMAT JSON) (in a transaction rolled back), and returns the plan node
+// that scans webhook_inbox_unprocessed.
 func claimIndexScan(t *testing.T, conn *pgx.Conn, now time.Time, maxAttempts int) map[string]any {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
+	out, err := ExplainClaim(ctx, conn, ClaimParams{Now: &now, MaxAttempts: maxAttempts, Limit: 50, Lease: time.Minute}, "JSON")
 	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	var out string
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+claimReceipts,
-		now, maxAttempts, 50, time.Minute.Milliseconds()).Scan(&out))
 	var plans []struct{ Plan map[string]any }
 	require.NoError(t, json.Unmarshal([]byte(out), &plans))
 	// The scans of webhook_inbox under the CTE that picks the rows (the
