@@ -26,6 +26,7 @@ import (
 // misbehavingRegistry adds to waveRegistry's handlers:
 //   - test.panic writes a note, then panics;
 //   - test.panic_first panics before any statement;
+//   - test.panic_rows panics with the rows of a query still open;
 //   - test.unpreparable's first statement fails when it is prepared (before
 //     it runs);
 //   - test.unencodable's first statement has an argument that cannot be
@@ -76,6 +77,14 @@ func misbehavingRegistry(t *testing.T) handlers.Registry {
 	reg["test.panic_first"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		panic(fmt.Sprintf("cannot handle %s", ev.ID))
 	}
+	reg["test.panic_rows"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		rows, err := tx.Query(ctx, "SELECT aggregate_id FROM outbox")
+		if err != nil {
+			return handlers.Result{}, err
+		}
+		_ = rows
+		panic("left its rows open") // the connection is busy until they are read
+	}
 	return reg
 }
 
@@ -115,6 +124,7 @@ func TestHandlerPanicFailsOnlyItsReceipt(t *testing.T) {
 	for _, tc := range []struct{ typ, lastError string }{
 		{"test.panic", "panic: assignment to entry in nil map%misbehavingRegistry.%isolation_test.go:%"},
 		{"test.panic_first", "panic: cannot handle e2%misbehavingRegistry.%isolation_test.go:%"},
+		{"test.panic_rows", "panic: left its rows open%misbehavingRegistry.%isolation_test.go:%"},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			t.Parallel()
