@@ -184,8 +184,20 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, batch []inbox.Cl
 
 // oneByOne processes batch[order[0]], batch[order[1]], ... one transaction
 // each, after the batch transaction failed with err, and returns how many it
-// took (all).
+// took (all). When ctx is done it leaves them to come back after their
+// lease instead.
 func (w *Worker) oneByOne(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool, err error) int {
+	if ctx.Err() != nil {
+		// The invocation is ending: not the receipts' fault. They keep
+		// their counted attempts and come back after their lease.
+		for _, i := range order {
+			outcomes[i], anomalies[i] = Failed, false
+			c := batch[i]
+			w.logger.WarnContext(ctx, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
+				"attempt", c.Attempts, "outcome", Failed, "error", describe(err), "retry_after", "lease")
+		}
+		return len(order)
+	}
 	w.logger.WarnContext(ctx, "batch transaction failed; processing its receipts one transaction each",
 		"error", describe(err), "receipts", len(order))
 	for _, i := range order {

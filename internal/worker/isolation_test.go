@@ -264,3 +264,27 @@ func TestMetricsSurviveADrainersClaimError(t *testing.T) {
 	require.EqualValues(t, 1, emf["Processed"])
 	require.EqualValues(t, 0, emf["Failed"])
 }
+
+// TestNeedsReviewReceiptsLeaveTheClaimsRange: a receipt whose last attempt
+// fails, and one that reached the limit before claims parked such rows (an
+// old available_at at the front of the claim's index), both end up parked
+// (available_at = 'infinity') by a run, still counted as needing review. The
+// claim's plan with many of them is in internal/inbox's
+// TestClaimDoesNotReadNeedsReviewRows.
+func TestNeedsReviewReceiptsLeaveTheClaimsRange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.receive(t, stripetest.Event("evt_bad", "invoice.paid", map[string]any{"object": "invoice"})) // no id
+	b.receive(t, paid("evt_old", "in_old"))
+	b.receive(t, paid("evt_ok", "in_ok"))
+	_, err := b.pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = 1, available_at = now() - interval '1 hour', last_error = 'boom' WHERE event_id = 'evt_old'")
+	require.NoError(t, err)
+
+	s := b.run(t, b.newWorker(t, nil, worker.Config{Concurrency: 1, MaxAttempts: 1}))
+	require.Equal(t, 1, s.Processed)
+	require.Equal(t, 1, s.Failed)
+	require.Equal(t, 2, s.NeedsReview)
+	require.Equal(t, 0, s.Remaining)
+	require.Equal(t, 2, b.db.Count(t, "webhook_inbox", "processed_at IS NULL AND attempts = 1 AND available_at = 'infinity'"))
+}
