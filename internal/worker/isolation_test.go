@@ -199,70 +199,84 @@ func TestLateReleaseLeavesTheNextClaimAlone(t *testing.T) {
 // TestMetricsSurviveADrainersClaimError: a drainer's claim fails (a lock
 // held on the table makes it run out of lock_timeout, as a claim can time
 // out in production) after the run processed a receipt. The run reports the
-// error, and still emits the backlog it could read and its counts: one
-// drainer's error no longer hides every gauge.
+// error, and still emits its counts, and each gauge it could read: with an
+// EXCLUSIVE lock the backlog can still be read (a plain SELECT), with an
+// ACCESS EXCLUSIVE lock it cannot, and only the backlog gauges are missing.
+// Before, one drainer's error suppressed every metric of the run.
 func TestMetricsSurviveADrainersClaimError(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	// The worker's sessions give up waiting for a lock after 200ms.
-	sep := " " // a keyword/value DSN
-	if strings.Contains(b.db.URL, "://") {
-		sep = "?"
-		if strings.Contains(b.db.URL, "?") {
-			sep = "&"
-		}
-	}
-	pool, err := database.Open(ctx, database.Config{URL: b.db.URL + sep + "lock_timeout=200ms", MaxConns: 4, PreparedStatements: true}, nil)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	b.pool = pool
+	for _, mode := range []string{"EXCLUSIVE", "ACCESS EXCLUSIVE"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			// The worker's sessions give up waiting for a lock after 200ms.
+			sep := " " // a keyword/value DSN
+			if strings.Contains(b.db.URL, "://") {
+				sep = "?"
+				if strings.Contains(b.db.URL, "?") {
+					sep = "&"
+				}
+			}
+			pool, err := database.Open(ctx, database.Config{URL: b.db.URL + sep + "lock_timeout=200ms", MaxConns: 4, PreparedStatements: true}, nil)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			b.pool = pool
 
-	for i := 1; i <= 3; i++ {
-		b.receive(t, paid(fmt.Sprintf("evt_m%d", i), fmt.Sprintf("in_m%d", i)))
-	}
-	// While the first receipt is processed, another session asks for an
-	// EXCLUSIVE lock on the inbox: it gets it when that receipt commits, and
-	// keeps it, so the next claim (SELECT ... FOR UPDATE) waits and times
-	// out. Reading the backlog (a plain SELECT) is not blocked.
-	holder, err := b.db.Connect(t).Begin(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = holder.Rollback(ctx) })
-	locked := make(chan error, 1)
-	reg := handlers.Default()
-	real := reg["invoice.paid"]
-	var once sync.Once
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
-		var err error
-		once.Do(func() {
-			go func() {
-				_, err := holder.Exec(ctx, "LOCK TABLE webhook_inbox IN EXCLUSIVE MODE")
-				locked <- err
-			}()
-			for waiting := false; !waiting && err == nil; time.Sleep(10 * time.Millisecond) {
-				err = b.db.Pool.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE%'").Scan(&waiting)
+			for i := 1; i <= 3; i++ {
+				b.receive(t, paid(fmt.Sprintf("evt_m%d", i), fmt.Sprintf("in_m%d", i)))
+			}
+			// While the first receipt is processed, another session asks
+			// for the lock on the inbox: it gets it when that receipt
+			// commits, and keeps it, so the next claim (SELECT ... FOR
+			// UPDATE) waits and times out.
+			holder, err := b.db.Connect(t).Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = holder.Rollback(ctx) })
+			locked := make(chan error, 1)
+			reg := handlers.Default()
+			real := reg["invoice.paid"]
+			var once sync.Once
+			reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+				var err error
+				once.Do(func() {
+					go func() {
+						_, err := holder.Exec(ctx, "LOCK TABLE webhook_inbox IN "+mode+" MODE")
+						locked <- err
+					}()
+					for waiting := false; !waiting && err == nil; time.Sleep(10 * time.Millisecond) {
+						err = b.db.Pool.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE%'").Scan(&waiting)
+					}
+				})
+				if err != nil {
+					return handlers.Result{}, err
+				}
+				return real(ctx, tx, ev)
+			}
+			w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 1})
+			s, err := w.Run(ctx)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "claiming receipts: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)")
+			require.NoError(t, <-locked)
+			require.Equal(t, 1, s.Processed)
+
+			var emf map[string]any
+			require.NoError(t, json.Unmarshal([]byte(lastEMF(t, b.metrics)), &emf))
+			require.EqualValues(t, 1, emf["Processed"])
+			require.EqualValues(t, 0, emf["Failed"])
+			require.EqualValues(t, 0, emf["Ignored"])
+			require.EqualValues(t, 0, emf["AnomalyCount"])
+			if mode == "EXCLUSIVE" {
+				require.EqualValues(t, 2, emf["BacklogCount"])
+				require.EqualValues(t, 0, emf["NeedsReviewCount"])
+				require.Contains(t, emf, "OldestUnprocessedAgeSeconds")
+			} else {
+				require.Contains(t, err.Error(), "reading backlog")
+				for _, gauge := range []string{"BacklogCount", "NeedsReviewCount", "OldestUnprocessedAgeSeconds"} {
+					require.NotContains(t, emf, gauge, "a gauge that could not be read is missing, not 0")
+				}
 			}
 		})
-		if err != nil {
-			return handlers.Result{}, err
-		}
-		return real(ctx, tx, ev)
 	}
-	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 1})
-	s, err := w.Run(ctx)
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "55P03", "the claim ran out of lock_timeout")
-	require.NoError(t, <-locked)
-	require.Equal(t, 1, s.Processed)
-
-	var emf map[string]any
-	require.NoError(t, json.Unmarshal([]byte(lastEMF(t, b.metrics)), &emf))
-	require.EqualValues(t, 2, emf["BacklogCount"])
-	require.EqualValues(t, 0, emf["NeedsReviewCount"])
-	require.Contains(t, emf, "OldestUnprocessedAgeSeconds")
-	require.EqualValues(t, 0, emf["AnomalyCount"])
-	require.EqualValues(t, 1, emf["Processed"])
-	require.EqualValues(t, 0, emf["Failed"])
 }
 
 // TestNeedsReviewReceiptsLeaveTheClaimsRange: a receipt whose last attempt
