@@ -153,7 +153,9 @@ func TestBatchTransactionFailureFailsOnlyTheCulprit(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			b.receiveAround(t, tc.typ)
-			w := b.newWorker(t, misbehavingRegistry(t), worker.Config{Concurrency: 1, ClaimLimit: 5})
+			// A terminated session sends its error before it has released
+			// its locks: the next transaction may wait for them, briefly.
+			w := b.newWorker(t, misbehavingRegistry(t), worker.Config{Concurrency: 1, ClaimLimit: 5, StatementTimeout: 5 * time.Second, DeadlineMargin: 10 * time.Second})
 			b.requireOnlyE2Failed(t, b.run(t, w), tc.lastError)
 		})
 	}
