@@ -39,6 +39,10 @@ import (
 // It returns one outcome per receipt, in the order given, and whether each
 // raised an anomaly.
 func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed) ([]Outcome, []bool) {
+	return w.processBatch(ctx, fixedConn(conn), batch)
+}
+
+func (w *Worker) processBatch(ctx context.Context, conns connSource, batch []inbox.Claimed) ([]Outcome, []bool) {
 	order := make([]int, len(batch))
 	for i := range order {
 		order[i] = i
@@ -49,7 +53,7 @@ func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox
 	outcomes := make([]Outcome, len(batch))
 	anomalies := make([]bool, len(batch))
 	for len(order) > 0 {
-		done := w.batchTx(ctx, conn, batch, order, outcomes, anomalies)
+		done := w.batchTx(ctx, conns, batch, order, outcomes, anomalies)
 		order = order[done:]
 	}
 	return outcomes, anomalies
@@ -74,7 +78,16 @@ func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox
 // wave size halves after a cut and doubles after a wave without one, so
 // when most handlers need several statements, waves shrink to one receipt
 // and little work is sent twice.
-func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool) int {
+//
+// When the transaction itself fails (a statement that fails before it runs,
+// at prepare or while its arguments are encoded; a handler that swallowed a
+// statement's error, so the transaction is aborted; a lost connection),
+// nothing of it committed, and the receipts it took are processed again one
+// transaction each, so that only the receipt that caused it records a
+// failure. Otherwise the whole batch would come back together after its
+// lease (one claim gives its rows one available_at) and fail together, until
+// every receipt of it needed review.
+func (w *Worker) batchTx(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool) int {
 	start := time.Now()
 	var taken int
 	s := &batchState{w: w, ctx: ctx, batch: batch, outcomes: outcomes, anomalies: anomalies}
@@ -83,7 +96,11 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 			r.stop()
 		}
 	}()
-	err := inTx(ctx, conn, func(tx pgx.Tx) error {
+	conn, err := conns(ctx)
+	if err != nil {
+		return w.oneByOne(ctx, conns, batch, order, outcomes, anomalies, err)
+	}
+	err = inTx(ctx, conn, func(tx pgx.Tx) error {
 		s.tx = tx
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
 			return err
@@ -131,25 +148,16 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		return inbox.MarkManyProcessed(ctx, tx, s.doneKeys, s.doneOutcomes, w.Now())
 	})
 	if err != nil {
-		if taken == 0 {
-			// Locking the batch failed (say a receipt is held past the
-			// statement timeout by a worker that took it over after its
-			// lease): fall back to one transaction per receipt, so only
-			// that receipt waits.
-			for _, i := range order {
-				outcomes[i], anomalies[i] = w.Process(ctx, conn, batch[i])
-			}
-			return len(order)
+		// Nothing of this transaction committed. Fall back to one
+		// transaction per receipt for those it took (all of them when
+		// locking the batch failed, say because a receipt is held past the
+		// statement timeout by a worker that took it over after its lease),
+		// so only the receipt that caused the failure fails.
+		n := taken
+		if n == 0 {
+			n = len(order)
 		}
-		// Nothing of this transaction committed. Its receipts keep their
-		// counted attempts and come back after their lease.
-		for _, i := range order[:taken] {
-			outcomes[i], anomalies[i] = Failed, false
-			c := batch[i]
-			w.logger.WarnContext(ctx, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
-				"attempt", c.Attempts, "outcome", Failed, "error", describe(err), "retry_after", "lease")
-		}
-		return taken
+		return w.oneByOne(ctx, conns, batch, order[:n], outcomes, anomalies, err)
 	}
 	for _, f := range s.failures {
 		c := batch[f.i]
@@ -169,9 +177,33 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		}
 	}
 	for _, i := range s.alone {
-		outcomes[i], anomalies[i] = w.Process(ctx, conn, batch[i])
+		outcomes[i], anomalies[i] = w.process(ctx, conns, batch[i])
 	}
 	return taken
+}
+
+// oneByOne processes batch[order[0]], batch[order[1]], ... one transaction
+// each, after the batch transaction failed with err, and returns how many it
+// took (all). When ctx is done it leaves them to come back after their
+// lease instead.
+func (w *Worker) oneByOne(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool, err error) int {
+	if ctx.Err() != nil {
+		// The invocation is ending: not the receipts' fault. They keep
+		// their counted attempts and come back after their lease.
+		for _, i := range order {
+			outcomes[i], anomalies[i] = Failed, false
+			c := batch[i]
+			w.logger.WarnContext(ctx, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
+				"attempt", c.Attempts, "outcome", Failed, "error", describe(err), "retry_after", "lease")
+		}
+		return len(order)
+	}
+	w.logger.WarnContext(ctx, "batch transaction failed; processing its receipts one transaction each",
+		"error", describe(err), "receipts", len(order))
+	for _, i := range order {
+		outcomes[i], anomalies[i] = w.process(ctx, conns, batch[i])
+	}
+	return len(order)
 }
 
 // batchState is one batch transaction in progress.
@@ -289,7 +321,7 @@ func (s *batchState) finish(it *waveItem, sp string) error {
 		return nil
 	}
 	text, delay := describe(r.err), s.w.backoff(c.Attempts)
-	if err := inbox.RecordFailure(s.ctx, s.tx, c.Key, text, delay, s.w.Now()); err != nil {
+	if err := inbox.RecordFailure(s.ctx, s.tx, c.Key, text, delay, s.w.Now(), s.w.cfg.MaxAttempts); err != nil {
 		return err // the transaction itself is unusable
 	}
 	s.outcomes[it.i] = Failed
@@ -355,7 +387,7 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 		}
 		return IgnoredOtherMode, false, nil
 	}
-	res, err := w.handlers.Apply(ctx, tx, event(c, locked))
+	res, err := applyHandler(ctx, w.handlers, tx, event(c, locked))
 	if err != nil {
 		return "", false, err
 	}
