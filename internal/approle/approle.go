@@ -12,8 +12,8 @@
 //     (provider, endpoint, event_id). Nothing else: it cannot read payloads,
 //     update or delete receipts, or touch any other table.
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
-//     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload
-//     (scrubbing) and of outbox.created_at (only so that its batches may
+//     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
+//     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may
 //     lock rows FOR UPDATE). Nothing on the business tables.
 //   - the worker's user (inbox_worker): SELECT, INSERT, UPDATE and DELETE on
 //     every other table of schema public (now and, through default
@@ -515,11 +515,11 @@ func grants(roles Roles, webhookInsert []string) []string {
 		// ctid, which a column grant cannot cover, so SELECT is the table's.
 		// They lock the rows they pick (FOR UPDATE SKIP LOCKED), which
 		// PostgreSQL allows only with UPDATE on at least one column: on
-		// webhook_inbox that is payload (scrubbing), on outbox created_at,
+		// webhook_inbox that is payload and payload_raw (scrubbing), on outbox created_at,
 		// the one column whose change neither the dispatcher (payload,
 		// published_at) nor the retention (published_at) reads.
 		"GRANT SELECT, DELETE ON public.webhook_inbox, public.outbox TO "+purge,
-		"GRANT UPDATE (payload) ON public.webhook_inbox TO "+purge,
+		"GRANT UPDATE (payload, payload_raw) ON public.webhook_inbox TO "+purge,
 		"GRANT UPDATE (created_at) ON public.outbox TO "+purge,
 
 		// The worker: everything else, now and in later migrations.

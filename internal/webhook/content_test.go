@@ -102,7 +102,7 @@ func TestContentJSONBRefusesIsStoredAndProcessedWithTheExactBytes(t *testing.T) 
 				mu.Unlock()
 				return paid(ctx, tx, ev)
 			}
-			cfg := worker.Config{Concurrency: 1, BatchSize: batchSize, DeadlineMargin: 6 * time.Second, StatementTimeout: time.Second, Lease: time.Minute}.WithDefaults()
+			cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, BatchSize: batchSize, DeadlineMargin: 6 * time.Second, StatementTimeout: time.Second, Lease: time.Minute}.WithDefaults()
 			require.NoError(t, cfg.Validate())
 			w := worker.New(b.db.Pool, reg, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 			_, err := w.Run(context.Background())
