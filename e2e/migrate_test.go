@@ -15,47 +15,65 @@ import (
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 )
 
-const appSecretARN = "arn:aws:secretsmanager:us-east-1:000000000000:secret:inbox-app-db-xyz"
+const secretARNPrefix = "arn:aws:secretsmanager:us-east-1:000000000000:secret:inbox-"
 
 // TestMigrate: the migrate binary, invoked as the deploy's CDK trigger does,
-// applies every migration to an empty database and creates the application
-// role with the password from its Secrets Manager secret; a second deploy
-// applies nothing.
+// creates the schema owner role and the three functions' roles with the
+// passwords from their Secrets Manager secrets, applies every migration to
+// an empty database as the owner, and grants each role its privileges; a
+// second deploy applies nothing.
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	setup(t).binary(t, "migrate")
 	db := pgtest.Empty(t)
-	role := "inbox_app_e2e_" + randomHex(5)
-	// Roles are the cluster's, not the database's: drop it when the test
+	suffix := randomHex(5)
+	roles := map[string]string{
+		"owner":   "inbox_schema_owner_e2e_" + suffix,
+		"webhook": "inbox_webhook_e2e_" + suffix,
+		"worker":  "inbox_worker_e2e_" + suffix,
+		"purge":   "inbox_purge_e2e_" + suffix,
+	}
+	// Roles are the cluster's, not the database's: drop them when the test
 	// ends (before its database is dropped, so DROP OWNED can run there).
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		ident := pgx.Identifier{role}.Sanitize()
-		var exists bool
-		if err := db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil || !exists {
-			return
-		}
-		for _, q := range []string{"DROP OWNED BY " + ident, "DROP ROLE " + ident} {
-			if _, err := db.Pool.Exec(ctx, q); err != nil {
-				t.Errorf("%s: %v", q, err)
+		for _, role := range roles {
+			ident := pgx.Identifier{role}.Sanitize()
+			var exists bool
+			if err := db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil || !exists {
+				continue
+			}
+			for _, q := range []string{"DROP OWNED BY " + ident, "DROP ROLE " + ident} {
+				if _, err := db.Pool.Exec(ctx, q); err != nil {
+					t.Errorf("%s: %v", q, err)
+				}
 			}
 		}
 	})
-	secret, _ := json.Marshal(map[string]string{"username": role, "password": "e2e-" + randomHex(12)})
-	sm := newSecretStore(t, map[string]string{appSecretARN: string(secret)})
-	em := emulate(t, "migrate", map[string]string{
-		"DATABASE_URL":                     db.URL,
-		"APP_DB_USER":                      role,
-		"APP_DB_SECRET_ARN":                appSecretARN,
-		"CONNECT_WAIT":                     "10s",
-		"METRICS_NAMESPACE":                "StripeInboxE2E",
-		"METRICS_DIMENSIONS":               "Stage=e2e",
-		"AWS_REGION":                       "us-east-1",
-		"AWS_ACCESS_KEY_ID":                fakeAccessKey,
-		"AWS_SECRET_ACCESS_KEY":            "e2e-fake-secret-access-key",
-		"AWS_ENDPOINT_URL_SECRETS_MANAGER": sm.URL,
-	}, 60*time.Second)
+	secrets := map[string]string{}
+	env := map[string]string{
+		"DATABASE_URL":          db.URL,
+		"SCHEMA_OWNER_ROLE":     roles["owner"],
+		"CONNECT_WAIT":          "10s",
+		"METRICS_NAMESPACE":     "StripeInboxE2E",
+		"METRICS_DIMENSIONS":    "Stage=e2e",
+		"AWS_REGION":            "us-east-1",
+		"AWS_ACCESS_KEY_ID":     fakeAccessKey,
+		"AWS_SECRET_ACCESS_KEY": "e2e-fake-secret-access-key",
+		"RETIRED_DB_USERS":      "inbox_app_e2e_" + suffix, // absent: nothing to retire
+	}
+	for _, fn := range []string{"webhook", "worker", "purge"} {
+		arn := secretARNPrefix + fn + "-" + suffix
+		secret, _ := json.Marshal(map[string]string{"username": roles[fn], "password": "e2e-" + fn + "-" + randomHex(12)})
+		secrets[arn] = string(secret)
+		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE"}[fn]
+		env[prefix+"_DB_USER"] = roles[fn]
+		env[prefix+"_DB_SECRET_ARN"] = arn
+	}
+	sm := newSecretStore(t, secrets)
+	env["AWS_ENDPOINT_URL_SECRETS_MANAGER"] = sm.URL
+	em := emulate(t, "migrate", env, 60*time.Second)
 
 	all, err := migrate.All()
 	if err != nil {
@@ -64,10 +82,14 @@ func TestMigrate(t *testing.T) {
 	type summary struct {
 		Applied []string `json:"applied"`
 		Current string   `json:"current"`
-		AppRole struct {
-			Role    string `json:"role"`
-			Created bool   `json:"created"`
-		} `json:"app_role"`
+		Roles   struct {
+			Owner        string `json:"owner"`
+			OwnerCreated bool   `json:"owner_created"`
+			Users        []struct {
+				Role    string `json:"role"`
+				Created bool   `json:"created"`
+			} `json:"users"`
+		} `json:"roles"`
 	}
 	deploy := func() summary {
 		t.Helper()
@@ -84,18 +106,29 @@ func TestMigrate(t *testing.T) {
 	}
 
 	s := deploy()
-	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.AppRole.Role != role || !s.AppRole.Created {
-		t.Errorf("first deploy: %+v, want %d migrations applied up to %s and role %s created", s, len(all), all[len(all)-1].Version, role)
+	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 3 {
+		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and three users created", s, len(all), all[len(all)-1].Version, roles["owner"])
+	}
+	for _, u := range s.Roles.Users {
+		if !u.Created {
+			t.Errorf("first deploy: role %s not created", u.Role)
+		}
+	}
+	var owner string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT tableowner FROM pg_tables WHERE tablename = 'webhook_inbox'").Scan(&owner); err != nil || owner != roles["owner"] {
+		t.Errorf("webhook_inbox is owned by %q (err %v), want the owner role %s", owner, err, roles["owner"])
 	}
 	if n := db.Count(t, "webhook_inbox", ""); n != 0 {
 		t.Errorf("webhook_inbox: %d rows in a fresh schema", n)
 	}
 	s = deploy()
-	if len(s.Applied) != 0 || s.AppRole.Created {
-		t.Errorf("second deploy: %+v, want nothing applied and the role kept", s)
+	if len(s.Applied) != 0 || s.Roles.OwnerCreated {
+		t.Errorf("second deploy: %+v, want nothing applied and the roles kept", s)
 	}
-	if n := sm.fetches(appSecretARN); n != 2 {
-		t.Errorf("GetSecretValue(app secret) called %d times over two deploys, want 2 (read at each run)", n)
+	for arn := range secrets {
+		if n := sm.fetches(arn); n != 2 {
+			t.Errorf("GetSecretValue(%s) called %d times over two deploys, want 2 (read at each run)", arn, n)
+		}
 	}
 	if n := coldStarts(em); n != 1 {
 		t.Errorf("%d INIT phases over two invokes, want 1", n)

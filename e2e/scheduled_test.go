@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 func workerEnv(db *pgtest.Database) map[string]string {
 	return map[string]string{
 		"DATABASE_URL":       db.URL,
+		"STRIPE_MODE":        "test",
 		"WORKER_CONCURRENCY": "4",
 		"MAX_ATTEMPTS":       "10",
 		"LEASE":              "2m",
@@ -205,4 +207,45 @@ VALUES ('invoice', 'in_1', 'invoice.paid', '{}', now() - interval '40 days', now
 		t.Errorf("%d outbox rows left, want 2 (the recent and the unpublished)", n)
 	}
 	waitLog(t, em, `"msg":"purge"`)
+}
+
+// TestTextJSONBRefusesIsStoredAndDrained: verified deliveries whose customer
+// text PostgreSQL's jsonb refuses (an escaped NUL, a lone surrogate) are
+// stored by the webhook binary with their exact bytes and drained by the
+// worker binary like any other.
+func TestTextJSONBRefusesIsStoredAndDrained(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	sm := newSecretStore(t, map[string]string{billingARN: "whsec_billing_e2e"})
+	hook := emulate(t, "webhook", webhookEnv(db, sm, "billing="+billingARN, "1h"), 10*time.Second)
+	work := emulate(t, "worker", workerEnv(db), 20*time.Second)
+
+	bodies := map[string][]byte{}
+	for id, name := range map[string]string{"evt_text_nul": `Ann\u0000Lee`, "evt_text_surrogate": `cut \ud83d emoji`} {
+		body := invoicePaid(id, "in_"+id, 1200)
+		body = []byte(strings.Replace(string(body), `"customer":"cus_e2e"`, `"customer":"cus_e2e","customer_name":"`+name+`"`, 1))
+		if !strings.Contains(string(body), name) {
+			t.Fatalf("%s: customer_name not inserted into %s", id, body)
+		}
+		bodies[id] = body
+		wantAnswer(t, id, signed(t, hook, "/billing", body, false, "whsec_billing_e2e"), 200, "stored")
+		wantAnswer(t, id+" redelivered", signed(t, hook, "/billing", body, true, "whsec_billing_e2e"), 200, "duplicate")
+	}
+	for id, body := range bodies {
+		if n := db.Count(t, "webhook_inbox", "event_id = $1 AND payload_raw = $2 AND payload->>'id' = $1", id, body); n != 1 {
+			t.Errorf("%s: the exact bytes are not in payload_raw", id)
+		}
+	}
+	s := runWorker(t, work)
+	if *s.Processed != 2 || *s.Failed != 0 || *s.Remaining != 0 {
+		t.Errorf("summary %+v, want processed 2, failed 0, remaining 0", fmtSummary(s))
+	}
+	for id := range bodies {
+		if n := db.Count(t, "invoices", "id = $1 AND status = 'paid'", "in_"+id); n != 1 {
+			t.Errorf("%s: invoice not paid", id)
+		}
+		if n := db.Count(t, "webhook_inbox", "event_id = $1 AND outcome = 'applied'", id); n != 1 {
+			t.Errorf("%s: not processed", id)
+		}
+	}
 }

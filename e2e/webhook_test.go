@@ -393,6 +393,11 @@ func TestInitFails(t *testing.T) {
 			want: []string{"worker cannot start", "set DATABASE_URL (local) or DB_PROXY_HOST"},
 		},
 		{
+			name: "worker without a Stripe mode", function: "worker",
+			env:  func(e map[string]string) { delete(e, "STRIPE_MODE") },
+			want: []string{"worker cannot start", `STRIPE_MODE is required: set it to "live" on the stage that books real money (prod) or "test"`},
+		},
+		{
 			name: "worker with a margin longer than its statements allow", function: "worker",
 			env:  func(e map[string]string) { e["DEADLINE_MARGIN"] = "1s"; e["STATEMENT_TIMEOUT"] = "5s" },
 			want: []string{"worker cannot start", "DEADLINE_MARGIN=1s must be longer than STATEMENT_TIMEOUT=5s"},

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Benchmarks (about 5 minutes on 2 cores): the receipt path, the drain
-# (per-row and batched), scale with a large history, the purge, and cold
-# starts, each against a limit measured in the same run (pgbench running the
-# same SQL). Prints a markdown table and writes it to bench-results/.
+# (per-row and batched), scale with a large history, the purge, cold starts,
+# and the claim with 100k receipts waiting for review, each against a limit
+# or a baseline measured in the same run (pgbench running the same SQL, the
+# same claim without needs-review rows). Prints a markdown table and writes
+# it to bench-results/.
 #
 #   scripts/bench.sh            full run
 #   scripts/bench.sh --quick    small sizes (a smoke run)

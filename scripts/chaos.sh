@@ -212,7 +212,7 @@ start_webhook() {
 start_worker() {
   local name=$1 url=$2
   shift 2
-  env DATABASE_URL="$url" "${WORKER_ENV[@]}" "$@" "$OUT/local" >>"$SLOGS/$name.log" 2>&1 &
+  env DATABASE_URL="$url" STRIPE_MODE=test "${WORKER_ENV[@]}" "$@" "$OUT/local" >>"$SLOGS/$name.log" 2>&1 &
   PIDS[$name]=$!
 }
 

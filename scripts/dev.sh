@@ -8,8 +8,9 @@
 # Environment: DATABASE_URL (else a database "inbox_dev" on the server on
 # 127.0.0.1:5432, else on a throwaway cluster), LISTEN_ADDR,
 # STRIPE_WEBHOOK_SECRET (default whsec_local_dev; or the one `stripe listen`
-# prints), WEBHOOK_ENDPOINT (default billing), and any variable of the
-# worker (README, Configuration).
+# prints), WEBHOOK_ENDPOINT (default billing), STRIPE_MODE (default test: the
+# mode the worker books; `stripe listen` and cmd/sendevent send test-mode
+# events), and any variable of the worker (README, Configuration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
@@ -25,6 +26,7 @@ export DATABASE_URL
 export LISTEN_ADDR=${LISTEN_ADDR:-127.0.0.1:8080}
 export STRIPE_WEBHOOK_SECRET=${STRIPE_WEBHOOK_SECRET:-whsec_local_dev}
 export WEBHOOK_ENDPOINT=${WEBHOOK_ENDPOINT:-billing}
+export STRIPE_MODE=${STRIPE_MODE:-test}
 # Locally the "invocation" is WORKER_TIMEOUT long; keep the margin below it.
 export DEADLINE_MARGIN=${DEADLINE_MARGIN:-40s}
 

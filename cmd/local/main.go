@@ -85,11 +85,11 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			s, err := w.Run(runCtx)
 			if err != nil && ctx.Err() == nil {
 				logger.Error("worker run failed", "error", err)
-			} else if s.Processed+s.Ignored+s.Failed > 0 {
+			} else if s.Processed+s.Ignored+s.IgnoredOtherMode+s.Failed > 0 {
 				logger.Info("worker run", "summary", s)
 			}
 		})
-		fmt.Printf("worker running every %s\n", cfg.WorkerInterval)
+		fmt.Printf("worker running every %s, booking Stripe %s mode (STRIPE_MODE)\n", cfg.WorkerInterval, cfg.Worker.Worker.Mode)
 	}
 	if cfg.Runs("purge") {
 		p, pool, err := bootstrap.NewPurger(ctx, cfg.Purge, logger, io.Discard)

@@ -1,13 +1,15 @@
 // Command migrate is the Lambda that a CDK trigger invokes on every deploy,
 // after the database and RDS Proxy are ready and before the webhook, worker
 // and purge functions are updated. It connects through the proxy as the
-// schema owner (IAM token), applies the pending migrations and keeps the
-// application role in shape; see internal/approle. An error fails the
+// RDS master user (IAM token), keeps the database roles in shape, applies the
+// pending migrations as the schema owner role and grants each function's
+// role its privileges; see internal/approle. An error fails the
 // trigger and with it the deploy.
 package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -27,15 +29,15 @@ func main() {
 		bootstrap.Fail(logger, "migrate cannot start", err)
 	}
 	d := &approle.Deployer{
-		AppUser:     cfg.AppUser,
+		Roles:       cfg.Roles,
 		ConnectWait: cfg.ConnectWait,
 		Logger:      logger,
-		AppPassword: func(context.Context) (string, error) { return cfg.AppPassword, nil },
+		Passwords:   func(context.Context) (approle.Passwords, error) { return cfg.Passwords, nil },
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			return approle.Connect(ctx, cfg.Database, nil)
 		},
 	}
-	if cfg.Database.ProxyHost != "" || cfg.AppSecretARN != "" {
+	if cfg.Database.ProxyHost != "" || len(cfg.SecretARNs) > 0 {
 		aws, err := awsconfig.LoadDefaultConfig(context.Background())
 		if err != nil {
 			bootstrap.Fail(logger, "migrate cannot start", err)
@@ -43,14 +45,33 @@ func main() {
 		d.Connect = func(ctx context.Context) (*pgx.Conn, error) {
 			return approle.Connect(ctx, cfg.Database, aws.Credentials)
 		}
-		if cfg.AppSecretARN != "" {
+		if len(cfg.SecretARNs) > 0 {
 			fetch := secrets.SecretsManager(secretsmanager.NewFromConfig(aws))
-			d.AppPassword = func(ctx context.Context) (string, error) {
-				text, err := fetch(ctx, cfg.AppSecretARN)
-				if err != nil {
-					return "", err
+			d.Passwords = func(ctx context.Context) (approle.Passwords, error) {
+				pw := cfg.Passwords
+				for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge} {
+					arn, ok := cfg.SecretARNs[fn]
+					if !ok {
+						continue
+					}
+					text, err := fetch(ctx, arn)
+					if err != nil {
+						return pw, fmt.Errorf("the %s's secret: %w", fn, err)
+					}
+					p, err := approle.PasswordFromSecret(text, user)
+					if err != nil {
+						return pw, err
+					}
+					switch fn {
+					case "webhook":
+						pw.Webhook = p
+					case "worker":
+						pw.Worker = p
+					default:
+						pw.Purge = p
+					}
 				}
-				return approle.PasswordFromSecret(text, cfg.AppUser)
+				return pw, nil
 			}
 		}
 	}

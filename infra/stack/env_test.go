@@ -2,10 +2,12 @@ package stack
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/approle"
 	"github.com/stripe-inbox/inbox/internal/config"
 )
 
@@ -25,6 +27,8 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 				m[k] = "billing=arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing-AbCdEf"
 			case "DB_PROXY_HOST":
 				m[k] = "inbox.proxy-abc.eu-west-1.rds.amazonaws.com"
+			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN":
+				m[k] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:" + strings.ToLower(k) + "-AbCdEf"
 			default:
 				m[k] = fmt.Sprintf("token-for-%s", k)
 			}
@@ -47,5 +51,7 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 		require.NoError(t, err, "worker")
 		_, err = config.LoadPurge(resolvedEnv(t, fns["purge"]))
 		require.NoError(t, err, "purge")
+		_, err = approle.LoadConfig(resolvedEnv(t, fns["migrate"]))
+		require.NoError(t, err, "migrate")
 	}
 }

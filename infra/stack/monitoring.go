@@ -101,12 +101,17 @@ func (b *builder) monitoring() {
 		{
 			id:          "NeedsReviewAlarm",
 			description: "Receipts used up their attempts and wait for an operator (needs review). Read last_error, fix, then re-queue.",
-			metric:      b.emf("worker", "NeedsReviewCount", "Maximum"), threshold: 0, periods: 1, missing: notBreaching,
+			metric:      b.emf("worker", "NeedsReviewCount", "Maximum"), threshold: 0, periods: 1,
+			// The worker reports the count on every run; no data means it
+			// stopped reporting, so the receipts waiting for review are
+			// unknown: treat that as breaching, like BacklogAge.
+			missing: awscloudwatch.TreatMissingData_BREACHING,
 		},
 		{
 			id:          "AnomalyAlarm",
 			description: "The worker found data that breaks an invariant (AnomalyCount). Investigate before it spreads.",
-			metric:      b.emf("worker", "AnomalyCount", "Maximum"), threshold: 0, periods: 1, missing: notBreaching,
+			metric:      b.emf("worker", "AnomalyCount", "Maximum"), threshold: 0, periods: 1,
+			missing: awscloudwatch.TreatMissingData_BREACHING,
 		},
 		{
 			id:          "WebhookStoreFailedAlarm",
@@ -139,6 +144,15 @@ func (b *builder) monitoring() {
 			metric:      fn.MetricErrors(sum), threshold: 0, periods: 1, missing: notBreaching,
 		})
 	}
+	// A throttled webhook answers Stripe 429 (Stripe retries, so nothing is
+	// lost yet, but deliveries are late): more deliveries at once than
+	// webhookReservedConcurrency allows.
+	specs = append(specs, alarmSpec{
+		id: "WebhookThrottlesAlarm",
+		description: fmt.Sprintf("The webhook function was throttled: more concurrent deliveries than its reserved concurrency (%d). "+
+			"Stripe retries them later; if it persists, raise webhookReservedConcurrency (and check the proxy's connections).", b.s.WebhookReservedConcurrency),
+		metric: webhook.MetricThrottles(sum), threshold: 0, periods: 1, missing: notBreaching,
+	})
 	for _, name := range []string{"worker", "purge"} {
 		specs = append(specs, alarmSpec{
 			id:          OutputID(name) + "ThrottlesAlarm",

@@ -71,11 +71,13 @@ func (b *builder) suppressNagFindings() {
 		reason: "The owner (master) password is used only by RDS Proxy and the migrate function's proxy login is IAM; " +
 			"rotation is an operator choice (the proxy rereads the secret, so enabling it needs no code change)",
 	})
-	suppress(b.appSecret, false, suppression{
-		id: "AwsSolutions-SMG4",
-		reason: "The app role's password is read only by RDS Proxy and set by the migrate function on each deploy; " +
-			"the functions log in with IAM tokens, never with this password",
-	})
+	for fn, secret := range b.userSecrets {
+		suppress(secret, false, suppression{
+			id: "AwsSolutions-SMG4",
+			reason: "The " + fn + " role's password is read only by RDS Proxy and set by the migrate function on each deploy; " +
+				"the functions log in with IAM tokens, never with this password",
+		})
+	}
 	for ep, s := range b.signing {
 		suppress(s, false, suppression{
 			id: "AwsSolutions-SMG4",

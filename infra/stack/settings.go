@@ -70,6 +70,11 @@ type Settings struct {
 	// MetricsNamespace is the CloudWatch namespace of the functions' EMF
 	// metrics (metricsNamespace; default StripeInbox).
 	MetricsNamespace string
+	// StripeMode is the Stripe mode this deployment books (stripeMode;
+	// "live" or "test"; default live for stage prod, test otherwise). It
+	// becomes STRIPE_MODE of the worker: events of the other mode are stored
+	// and marked processed, never booked.
+	StripeMode string
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
@@ -84,6 +89,10 @@ func (s Settings) StackName() string { return "StripeInbox-" + s.Stage }
 // Functions are the Lambda functions the stack deploys; each needs
 // AssetsDir/<name>/bootstrap.
 var Functions = []string{"webhook", "worker", "purge", "migrate"}
+
+// StripeModes are the values of the stripeMode setting (and of the worker's
+// STRIPE_MODE).
+var StripeModes = []string{"live", "test"}
 
 var (
 	stageName    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
@@ -143,6 +152,15 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	s.MetricsNamespace = r.str("metricsNamespace", "StripeInbox")
 	if !namespace.MatchString(s.MetricsNamespace) || strings.HasPrefix(s.MetricsNamespace, "AWS/") {
 		r.addf("metricsNamespace=%q: must be a custom CloudWatch namespace (letters, digits, . _ - / # :), not AWS/...", s.MetricsNamespace)
+	}
+	defaultMode := "test"
+	if prod {
+		defaultMode = "live"
+	}
+	s.StripeMode = r.str("stripeMode", defaultMode)
+	if !slices.Contains(StripeModes, s.StripeMode) {
+		r.addf("stripeMode=%q: must be live (book live-mode events: real money) or test (book test-mode events); default live for stage prod, test otherwise", s.StripeMode)
+		s.StripeMode = defaultMode
 	}
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {

@@ -30,6 +30,7 @@ func TestSettingsDefaults(t *testing.T) {
 		WebhookReservedConcurrency: 20,
 		DBConnectionsAlarm:         80,
 		MetricsNamespace:           "StripeInbox",
+		StripeMode:                 "test",
 		AssetsDir:                  filepath.Join("..", "build"),
 	}, s)
 	require.Equal(t, "StripeInbox-dev", s.StackName())
@@ -39,6 +40,30 @@ func TestSettingsDefaults(t *testing.T) {
 	require.True(t, p.Prod())
 	require.True(t, p.MultiAZ)
 	require.Equal(t, 90, p.LogRetentionDays)
+	require.Equal(t, "live", p.StripeMode, "prod books live money by default")
+}
+
+func TestSettingsStripeMode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		context map[string]any
+		want    string
+	}{
+		{map[string]any{"stage": "prod"}, "live"},
+		{map[string]any{"stage": "staging"}, "test"},
+		{map[string]any{"stage": "prod", "stripeMode": "test"}, "test"},
+		{map[string]any{"stage": "staging", "stripeMode": " live "}, "live"},
+	} {
+		s, err := SettingsFromContext(lookup(tc.context))
+		require.NoError(t, err, tc.context)
+		require.Equal(t, tc.want, s.StripeMode, tc.context)
+	}
+	for _, bad := range []any{"Live", "livemode", "true", true} {
+		_, err := SettingsFromContext(lookup(map[string]any{"stripeMode": bad}))
+		require.ErrorContains(t, err, "stripeMode=", bad)
+	}
+	_, err := SettingsFromContext(lookup(map[string]any{"stripeMode": "production"}))
+	require.ErrorContains(t, err, `stripeMode="production": must be live`)
 }
 
 func TestSettingsFromCommandLineAndCdkJSON(t *testing.T) {

@@ -23,17 +23,36 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/triggers"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/stripe-inbox/inbox/internal/database"
 )
 
-// Database users. The owner is the RDS master user: it owns the schema and
-// only the migrate function connects as it. The app user is what the
-// webhook, worker and purge use; internal/approle creates it.
+// Database users and roles (internal/approle keeps them in shape).
+//
+// MasterUser is the RDS master user. Only the migrate function connects as
+// it; it creates the roles and SET ROLEs to SchemaOwnerRole to migrate. Its
+// name predates the owner role (it was the schema's owner), and an RDS
+// instance's master user name cannot change without replacing the instance.
+//
+// SchemaOwnerRole (NOLOGIN) owns the schema's objects. WebhookUser,
+// WorkerUser and PurgeUser are the functions' logins, each with only its
+// function's privileges, its own secret registered with the proxy and its
+// own rds-db:connect grant. LegacyAppUser is the role the three functions
+// shared before; the migrate function strips it (RETIRED_DB_USERS).
 const (
-	OwnerUser    = "inbox_owner"
-	AppUser      = "inbox_app"
-	DatabaseName = "inbox"
-	databasePort = 5432
+	MasterUser      = "inbox_owner"
+	SchemaOwnerRole = "inbox_schema_owner"
+	WebhookUser     = "inbox_webhook"
+	WorkerUser      = "inbox_worker"
+	PurgeUser       = "inbox_purge"
+	LegacyAppUser   = "inbox_app"
+	DatabaseName    = "inbox"
+	databasePort    = 5432
 )
+
+// functionUsers maps each function that serves traffic or schedules to its
+// database user.
+var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser}
 
 // SigningSecretPlaceholder is the initial text of each endpoint's signing
 // secret. It is deliberately not a whsec_ value, so the webhook refuses to
@@ -93,7 +112,7 @@ type builder struct {
 	dbSG        awsec2.SecurityGroup
 	proxy       awsrds.DatabaseProxy
 	proxySG     awsec2.SecurityGroup
-	appSecret   awsrds.DatabaseSecret
+	userSecrets map[string]awsrds.DatabaseSecret // by function
 	signing     map[string]awssecretsmanager.Secret
 	functions   map[string]awslambda.Function
 	functionURL awslambda.FunctionUrl
@@ -188,7 +207,7 @@ func (b *builder) database() {
 		Vpc:                     b.vpc,
 		VpcSubnets:              b.dataSubnets,
 		SecurityGroups:          &[]awsec2.ISecurityGroup{b.dbSG},
-		Credentials:             awsrds.Credentials_FromGeneratedSecret(jsii.String(OwnerUser), &awsrds.CredentialsBaseOptions{}),
+		Credentials:             awsrds.Credentials_FromGeneratedSecret(jsii.String(MasterUser), &awsrds.CredentialsBaseOptions{}),
 		DatabaseName:            jsii.String(DatabaseName),
 		Port:                    jsii.Number(databasePort),
 		ParameterGroup:          params,
@@ -205,11 +224,18 @@ func (b *builder) database() {
 		AutoMinorVersionUpgrade: jsii.Bool(true),
 	})
 
-	// The proxy logs in to PostgreSQL with these secrets; clients log in to
-	// the proxy with IAM tokens for the same user names.
-	b.appSecret = awsrds.NewDatabaseSecret(b.stack, jsii.String("AppUserSecret"), &awsrds.DatabaseSecretProps{
-		Username: jsii.String(AppUser),
-	})
+	// The proxy logs in to PostgreSQL with these secrets, one per database
+	// user (https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/rds-proxy-secrets-arns.html);
+	// clients log in to the proxy with IAM tokens for the same user names.
+	// The migrate function sets each role's password from its secret.
+	b.userSecrets = map[string]awsrds.DatabaseSecret{}
+	proxySecrets := []awssecretsmanager.ISecret{b.db.Secret()}
+	for _, fn := range []string{"webhook", "worker", "purge"} {
+		b.userSecrets[fn] = awsrds.NewDatabaseSecret(b.stack, jsii.String(OutputID(fn)+"UserSecret"), &awsrds.DatabaseSecretProps{
+			Username: jsii.String(functionUsers[fn]),
+		})
+		proxySecrets = append(proxySecrets, b.userSecrets[fn])
+	}
 	b.proxySG = awsec2.NewSecurityGroup(b.stack, jsii.String("ProxySecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:         b.vpc,
 		Description: jsii.String("RDS Proxy: reachable only from the functions"),
@@ -219,12 +245,26 @@ func (b *builder) database() {
 		Vpc:                   b.vpc,
 		VpcSubnets:            b.dataSubnets,
 		SecurityGroups:        &[]awsec2.ISecurityGroup{b.proxySG},
-		Secrets:               &[]awssecretsmanager.ISecret{b.db.Secret(), b.appSecret},
+		Secrets:               &proxySecrets,
 		IamAuth:               jsii.Bool(true),
 		RequireTLS:            jsii.Bool(true),
 		DbProxyName:           jsii.String(ProxyName(b.s.StackName())),
 		MaxConnectionsPercent: jsii.Number(90),
 		BorrowTimeout:         awscdk.Duration_Seconds(jsii.Number(30)),
+		// The proxy closes a client connection idle this long (default
+		// 1,800 s, https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/rds-proxy-connections.html#rds-proxy-connection-pooling-tuning.idleclienttimeout).
+		// A Lambda instance is frozen between invocations, so its pool
+		// cannot close its own idle connections (MaxConnIdleTime runs only
+		// while the process does), and the worker's connections are pinned
+		// to a database session each (prepared statements, see
+		// internal/database). With the default, a frozen or abandoned worker
+		// instance holds up to DB_MAX_CONNS database sessions for 30
+		// minutes. Matching the pool's MaxConnIdleTime makes the proxy
+		// enforce the same idle bound the pool applies while running; a warm
+		// worker (invoked every minute) keeps its connections, and the pool
+		// pings a connection idle for more than a second before reusing it,
+		// so one the proxy closed is replaced, not used.
+		IdleClientTimeout: awscdk.Duration_Seconds(jsii.Number(database.MaxConnIdleTime.Seconds())),
 	})
 
 	b.signing = map[string]awssecretsmanager.Secret{}
@@ -259,6 +299,10 @@ type function struct {
 	timeout     awscdk.Duration
 	env         map[string]string
 	reserved    *float64
+	// maxEventAge, when set, marks a function EventBridge invokes
+	// asynchronously on a schedule: Lambda's own async retries are turned
+	// off and an event older than this is dropped (see newFunction).
+	maxEventAge awscdk.Duration
 }
 
 // lambdas defines the four functions: Go binaries for provided.al2023 on
@@ -272,7 +316,7 @@ func (b *builder) lambdas() {
 		{
 			name:        "webhook",
 			description: "Verifies Stripe deliveries and commits them to the inbox",
-			dbUser:      AppUser,
+			dbUser:      WebhookUser,
 			timeout:     awscdk.Duration_Seconds(jsii.Number(10)),
 			reserved:    jsii.Number(float64(b.s.WebhookReservedConcurrency)),
 			env: map[string]string{
@@ -283,7 +327,7 @@ func (b *builder) lambdas() {
 		{
 			name:        "worker",
 			description: "Drains the inbox: applies each receipt's business effect once",
-			dbUser:      AppUser,
+			dbUser:      WorkerUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(2)),
 			env: map[string]string{
 				// Checked against internal/config's validation by
@@ -296,27 +340,37 @@ func (b *builder) lambdas() {
 				"CLAIM_LIMIT":        "50",
 				"BATCH_SIZE":         "50",
 				"DB_MAX_CONNS":       "5",
+				"STRIPE_MODE":        b.s.StripeMode,
 			},
+			// The next tick comes in a minute: an older event only overlaps it.
+			maxEventAge: awscdk.Duration_Minutes(jsii.Number(1)),
 		},
 		{
 			name:        "purge",
 			description: "Deletes processed receipts and published outbox rows past retention",
-			dbUser:      AppUser,
+			dbUser:      PurgeUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(10)),
 			env: map[string]string{
 				"RETENTION_DAYS":           fmt.Sprint(b.s.RetentionDays),
 				"PURGE_BATCH_SIZE":         "1000",
 				"SCRUB_PAYLOAD_AFTER_DAYS": "0",
 			},
+			maxEventAge: awscdk.Duration_Hours(jsii.Number(1)),
 		},
 		{
 			name:        "migrate",
-			description: "Deploy step: applies migrations and keeps the app role in shape",
-			dbUser:      OwnerUser,
+			description: "Deploy step: keeps the database roles in shape, migrates as the schema owner, grants",
+			dbUser:      MasterUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(10)),
 			env: map[string]string{
-				"APP_DB_USER":       AppUser,
-				"APP_DB_SECRET_ARN": *b.appSecret.SecretArn(),
+				"SCHEMA_OWNER_ROLE":     SchemaOwnerRole,
+				"WEBHOOK_DB_USER":       WebhookUser,
+				"WORKER_DB_USER":        WorkerUser,
+				"PURGE_DB_USER":         PurgeUser,
+				"WEBHOOK_DB_SECRET_ARN": *b.userSecrets["webhook"].SecretArn(),
+				"WORKER_DB_SECRET_ARN":  *b.userSecrets["worker"].SecretArn(),
+				"PURGE_DB_SECRET_ARN":   *b.userSecrets["purge"].SecretArn(),
+				"RETIRED_DB_USERS":      LegacyAppUser,
 			},
 		},
 	}
@@ -326,7 +380,9 @@ func (b *builder) lambdas() {
 	for _, s := range b.signing {
 		s.GrantRead(b.functions["webhook"], nil)
 	}
-	b.appSecret.GrantRead(b.functions["migrate"], nil)
+	for _, secret := range b.userSecrets {
+		secret.GrantRead(b.functions["migrate"], nil)
+	}
 	for _, name := range []string{"webhook", "migrate"} {
 		b.endpointSG.Connections().AllowFrom(b.functions[name], awsec2.Port_Tcp(jsii.Number(443)),
 			jsii.String(name+" function to Secrets Manager"))
@@ -364,7 +420,7 @@ func (b *builder) newFunction(f function) awslambda.Function {
 		Retention:     retention(b.s.LogRetentionDays),
 		RemovalPolicy: b.removal(),
 	})
-	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
+	props := &awslambda.FunctionProps{
 		Description:                  jsii.String(f.description),
 		Runtime:                      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture:                 awslambda.Architecture_ARM_64(),
@@ -379,7 +435,22 @@ func (b *builder) newFunction(f function) awslambda.Function {
 		SecurityGroups:               &[]awsec2.ISecurityGroup{sg},
 		LogGroup:                     logs,
 		LoggingFormat:                awslambda.LoggingFormat_JSON,
-	})
+	}
+	if f.maxEventAge != nil {
+		// EventBridge invokes a Lambda target asynchronously, and Lambda
+		// retries an asynchronous invocation that fails twice by default,
+		// keeping the event queued for up to six hours
+		// (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-eventinvokeconfig.html).
+		// Those retries would stack on the target's own retry policy
+		// (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-retry-policy.html)
+		// and re-run a scheduled run long after the next tick. With
+		// RetryAttempts 0 and a bounded event age, the EventBridge target's
+		// retry policy (schedules()) is the only retry, and a failed run is
+		// left to the next tick and the Errors alarm.
+		props.RetryAttempts = jsii.Number(0)
+		props.MaxEventAge = f.maxEventAge
+	}
+	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), props)
 	b.proxy.Connections().AllowFrom(fn, awsec2.Port_Tcp(jsii.Number(databasePort)), jsii.String(f.name+" function to RDS Proxy"))
 	b.proxy.GrantConnect(fn, jsii.String(f.dbUser))
 	return fn
@@ -420,6 +491,7 @@ func (b *builder) schedules() {
 		Schedule:    awsevents.Schedule_Expression(jsii.String(b.s.PurgeSchedule)),
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(b.functions["purge"], &awseventstargets.LambdaFunctionProps{
 			RetryAttempts: jsii.Number(2),
+			MaxEventAge:   awscdk.Duration_Hours(jsii.Number(1)),
 		})},
 	})
 }

@@ -3,12 +3,13 @@ package stack
 import (
 	"encoding/json"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 )
 
@@ -90,13 +91,18 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 		require.Equal(t, "POSTGRESQL", p["EngineFamily"])
 		require.Equal(t, ProxyName(s.settings.StackName()), p["DBProxyName"])
 		auth := p["Auth"].([]any)
-		require.Len(t, auth, 2, "the owner's and the app user's secrets")
+		require.Len(t, auth, 4, "the master's secret and one per function's user")
 		for _, a := range auth {
 			require.Equal(t, "REQUIRED", a.(map[string]any)["IAMAuth"])
 			require.Equal(t, "SECRETS", a.(map[string]any)["AuthScheme"])
 		}
-		appSecret, _ := s.one(t, "AWS::SecretsManager::Secret", "AppUserSecret")
-		require.Contains(t, asJSON(t, auth), `{"Ref":"`+appSecret+`"}`)
+		for _, fn := range []string{"webhook", "worker", "purge"} {
+			secret, _ := s.one(t, "AWS::SecretsManager::Secret", OutputID(fn)+"UserSecret")
+			require.Contains(t, asJSON(t, auth), `{"Ref":"`+secret+`"}`, fn)
+			require.Contains(t, asJSON(t, props(s.resources("AWS::SecretsManager::Secret")[secret])["GenerateSecretString"]),
+				`\"username\":\"`+functionUsers[fn]+`\"`, fn)
+		}
+		require.Empty(t, s.resources("AWS::SecretsManager::Secret")["AppUserSecret"], "the shared app user's secret is gone")
 	}
 	require.NotEqual(t, props(first(dev.resources("AWS::RDS::DBProxy")))["DBProxyName"],
 		props(first(prod.resources("AWS::RDS::DBProxy")))["DBProxyName"], "proxy names are per stack")
@@ -117,7 +123,7 @@ func TestDatabaseIsPrivateEncryptedAndForcesTLS(t *testing.T) {
 	require.Equal(t, true, p["StorageEncrypted"])
 	require.Equal(t, "postgres", p["Engine"])
 	require.True(t, p["EngineVersion"].(string) >= "17", "PostgreSQL 17 or newer, got %v", p["EngineVersion"])
-	require.Equal(t, OwnerUser, p["MasterUsername"])
+	require.Equal(t, MasterUser, p["MasterUsername"])
 	require.Equal(t, DatabaseName, p["DBName"])
 	require.GreaterOrEqual(t, p["BackupRetentionPeriod"], 7.0)
 	require.Contains(t, asJSON(t, p["MasterUserPassword"]), "{{resolve:secretsmanager:")
@@ -170,10 +176,7 @@ func TestEnvironmentContract(t *testing.T) {
 		require.Equal(t, "Stage=dev", env["METRICS_DIMENSIONS"], name)
 		require.NotContains(t, env, "AWS_REGION", "%s: AWS_REGION is reserved; Lambda sets it", name)
 		require.NotContains(t, env, "DATABASE_URL", name)
-		wantUser := AppUser
-		if name == "migrate" {
-			wantUser = OwnerUser
-		}
+		wantUser := map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "migrate": MasterUser}[name]
 		require.Equal(t, wantUser, env["DB_USER"], name)
 	}
 
@@ -187,15 +190,26 @@ func TestEnvironmentContract(t *testing.T) {
 
 	require.Equal(t, map[string]any{
 		"WORKER_CONCURRENCY": "4", "MAX_ATTEMPTS": "10", "LEASE": "2m", "STATEMENT_TIMEOUT": "2s",
-		"DEADLINE_MARGIN": "30s", "DB_MAX_CONNS": "5",
-	}, pick(environment(fns["worker"]), "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "LEASE", "STATEMENT_TIMEOUT", "DEADLINE_MARGIN", "DB_MAX_CONNS"))
+		"DEADLINE_MARGIN": "30s", "DB_MAX_CONNS": "5", "STRIPE_MODE": "test",
+	}, pick(environment(fns["worker"]), "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "LEASE", "STATEMENT_TIMEOUT", "DEADLINE_MARGIN", "DB_MAX_CONNS", "STRIPE_MODE"))
+	require.Equal(t, "live", environment(prod.appFunctions(t)["worker"])["STRIPE_MODE"], "prod books live money")
+	for name, fn := range fns {
+		if name != "worker" {
+			require.NotContains(t, environment(fn), "STRIPE_MODE", "%s does not start a worker", name)
+		}
+	}
 	require.Equal(t, map[string]any{"RETENTION_DAYS": "30", "PURGE_BATCH_SIZE": "1000", "SCRUB_PAYLOAD_AFTER_DAYS": "0"},
 		pick(environment(fns["purge"]), "RETENTION_DAYS", "PURGE_BATCH_SIZE", "SCRUB_PAYLOAD_AFTER_DAYS"))
 
-	appSecret, _ := dev.one(t, "AWS::SecretsManager::Secret", "AppUserSecret")
 	migrate := environment(fns["migrate"])
-	require.Equal(t, AppUser, migrate["APP_DB_USER"])
-	require.Equal(t, map[string]any{"Ref": appSecret}, migrate["APP_DB_SECRET_ARN"])
+	require.Equal(t, map[string]any{
+		"SCHEMA_OWNER_ROLE": SchemaOwnerRole, "WEBHOOK_DB_USER": WebhookUser, "WORKER_DB_USER": WorkerUser, "PURGE_DB_USER": PurgeUser,
+		"RETIRED_DB_USERS": LegacyAppUser,
+	}, pick(migrate, "SCHEMA_OWNER_ROLE", "WEBHOOK_DB_USER", "WORKER_DB_USER", "PURGE_DB_USER", "RETIRED_DB_USERS"))
+	for _, fn := range []string{"webhook", "worker", "purge"} {
+		secret, _ := dev.one(t, "AWS::SecretsManager::Secret", OutputID(fn)+"UserSecret")
+		require.Equal(t, map[string]any{"Ref": secret}, migrate[strings.ToUpper(fn)+"_DB_SECRET_ARN"], fn)
+	}
 }
 
 func pick(m map[string]any, keys ...string) map[string]any {
@@ -276,22 +290,28 @@ func TestIAMGrantsAreScoped(t *testing.T) {
 			}
 			if dbConnect {
 				resJSON := asJSON(t, st["Resource"])
-				for _, user := range []string{OwnerUser, AppUser} {
+				found := 0
+				for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, LegacyAppUser, SchemaOwnerRole} {
 					if strings.Contains(resJSON, `/`+user+`"`) {
 						connectUsers[user] = append(connectUsers[user], id)
+						found++
 					}
 				}
+				require.Equal(t, 1, found, "%s: one database user per rds-db:connect statement: %s", id, resJSON)
 				require.NotContains(t, resJSON, `/*`, id)
 			}
 		}
 	}
-	sort.Strings(connectUsers[AppUser])
-	require.Len(t, connectUsers[OwnerUser], 1, "only the migrate function connects as the owner")
-	require.True(t, strings.HasPrefix(connectUsers[OwnerUser][0], "MigrateFunction"), connectUsers[OwnerUser])
-	require.Len(t, connectUsers[AppUser], 3)
-	for _, id := range connectUsers[AppUser] {
-		require.False(t, strings.HasPrefix(id, "MigrateFunction"), id)
+	// Each database user is reachable by exactly one function: the one it
+	// serves. Nobody connects as the retired shared user or the owner role.
+	for user, prefix := range map[string]string{
+		MasterUser: "MigrateFunction", WebhookUser: "WebhookFunction", WorkerUser: "WorkerFunction", PurgeUser: "PurgeFunction",
+	} {
+		require.Len(t, connectUsers[user], 1, "%s: %v", user, connectUsers[user])
+		require.True(t, strings.HasPrefix(connectUsers[user][0], prefix), "%s is granted to %v", user, connectUsers[user])
 	}
+	require.Empty(t, connectUsers[LegacyAppUser])
+	require.Empty(t, connectUsers[SchemaOwnerRole])
 }
 
 func TestOnlyTheWebhookHasAPublicURL(t *testing.T) {
@@ -324,6 +344,51 @@ func TestSchedules(t *testing.T) {
 	require.Equal(t, map[string]string{workerID: "rate(1 minute)", purgeID: "cron(15 3 * * ? *)"}, targets)
 }
 
+// TestScheduledFunctionsDoNotRetryAsync: Lambda's own async retries (two by
+// default, events queued up to six hours) are off for the functions
+// EventBridge invokes, so the target's retry policy is the only retry.
+func TestScheduledFunctionsDoNotRetryAsync(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod} {
+		configs := map[string]map[string]any{}
+		for id, c := range s.resources("AWS::Lambda::EventInvokeConfig") {
+			p := props(c)
+			fn := p["FunctionName"].(map[string]any)["Ref"].(string)
+			require.NotContains(t, configs, fn, id)
+			configs[fn] = p
+		}
+		workerID, _ := s.one(t, "AWS::Lambda::Function", "WorkerFunction")
+		purgeID, _ := s.one(t, "AWS::Lambda::Function", "PurgeFunction")
+		require.Len(t, configs, 2, "one async invoke config each for the worker and the purge")
+		for id, maxAge := range map[string]float64{workerID: 60, purgeID: 3600} {
+			require.Contains(t, configs, id)
+			require.Equal(t, 0.0, configs[id]["MaximumRetryAttempts"], id)
+			require.Equal(t, maxAge, configs[id]["MaximumEventAgeInSeconds"], id)
+			require.Equal(t, "$LATEST", configs[id]["Qualifier"], id)
+		}
+		for _, rule := range s.resources("AWS::Events::Rule") {
+			for _, target := range props(rule)["Targets"].([]any) {
+				policy := target.(map[string]any)["RetryPolicy"].(map[string]any)
+				require.NotNil(t, policy["MaximumRetryAttempts"])
+				require.NotNil(t, policy["MaximumEventAgeInSeconds"], "a bounded event age on the target too")
+			}
+		}
+	}
+}
+
+// TestProxyIdleClientTimeoutMatchesThePool: the proxy drops a client
+// connection idle as long as the pool would (internal/database), not after
+// its 30-minute default, so frozen worker instances do not hold pinned
+// sessions.
+func TestProxyIdleClientTimeoutMatchesThePool(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod} {
+		_, proxy := s.one(t, "AWS::RDS::DBProxy", "Proxy")
+		require.Equal(t, database.MaxConnIdleTime.Seconds(), props(proxy)["IdleClientTimeout"])
+		require.Less(t, database.MaxConnIdleTime, 30*time.Minute)
+	}
+}
+
 func TestAlarms(t *testing.T) {
 	t.Parallel()
 	byMetric := map[string][]map[string]any{}
@@ -341,7 +406,7 @@ func TestAlarms(t *testing.T) {
 	}
 	for metric, count := range map[string]int{
 		"OldestUnprocessedAgeSeconds": 1, "NeedsReviewCount": 1, "AnomalyCount": 1, "StoreFailed": 1,
-		"Url5xxCount": 1, "Errors": 4, "Throttles": 2, "FreeStorageSpace": 1, "DatabaseConnections": 1,
+		"Url5xxCount": 1, "Errors": 4, "Throttles": 3, "FreeStorageSpace": 1, "DatabaseConnections": 1,
 	} {
 		require.Len(t, byMetric[metric], count, metric)
 	}
@@ -358,6 +423,20 @@ func TestAlarms(t *testing.T) {
 		map[string]any{"Name": "Service", "Value": "worker"},
 		map[string]any{"Name": "Stage", "Value": "dev"},
 	}, stat["Metric"].(map[string]any)["Dimensions"])
+
+	// No data from the worker means its counts are unknown: the review and
+	// anomaly alarms fire then, as the backlog alarm does.
+	for _, metric := range []string{"NeedsReviewCount", "AnomalyCount"} {
+		require.Equal(t, "breaching", byMetric[metric][0]["TreatMissingData"], metric)
+	}
+	webhookID, _ := dev.one(t, "AWS::Lambda::Function", "WebhookFunction")
+	var throttled []string
+	for _, a := range byMetric["Throttles"] {
+		for _, d := range asSlice(a["Dimensions"]) {
+			throttled = append(throttled, asJSON(t, d.(map[string]any)["Value"]))
+		}
+	}
+	require.Contains(t, throttled, asJSON(t, map[string]any{"Ref": webhookID}), "the webhook has a Throttles alarm")
 
 	store := asJSON(t, byMetric["StoreFailed"][0])
 	require.Contains(t, store, `{"Name":"Service","Value":"webhook"}`)

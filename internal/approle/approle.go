@@ -1,14 +1,52 @@
-// Package approle keeps the application's database role in the shape the
-// webhook, worker and purge functions need, and runs the deploy-time database
-// step (migrations, then the role) that the migrate function performs.
+// Package approle keeps the database roles of a deployment in the shape the
+// functions need, and runs the deploy-time database step (roles, migrations,
+// grants) that the migrate function performs.
 //
-// The application role (inbox_app) reaches PostgreSQL only through RDS Proxy.
-// The functions authenticate to the proxy with IAM tokens; the proxy logs in
-// to the database with the user name and password stored in the role's
-// Secrets Manager secret. So the role must exist with exactly that password,
-// must be able to read and write rows, and must be able to do nothing else:
-// it is never a superuser, never creates or drops objects, and is not a member
-// of rds_iam (on RDS that membership turns off password logins for the role,
+// Roles (names are configuration; the stack's are in parentheses):
+//
+//   - the owner (inbox_schema_owner): NOLOGIN. It owns every object of schema
+//     public, and migrations run as it (the master user SET ROLEs to it), so
+//     nobody logs in as the owner of the schema.
+//   - the webhook's user (inbox_webhook): INSERT on the columns of
+//     webhook_inbox a receipt is stored with, and SELECT of the receipt key
+//     (provider, endpoint, event_id). Nothing else: it cannot read payloads,
+//     update or delete receipts, or touch any other table.
+//   - the purge's user (inbox_purge): what internal/retention runs: SELECT
+//     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
+//     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may
+//     lock rows FOR UPDATE). Nothing on the business tables.
+//   - the worker's user (inbox_worker): SELECT, INSERT, UPDATE and DELETE on
+//     every other table of schema public (now and, through default
+//     privileges, every table a later migration creates), SELECT and UPDATE
+//     on webhook_inbox (claims, outcomes), nothing on schema_migrations.
+//
+// None of them may create, alter or drop objects; only the worker may create
+// temporary tables (the database's TEMPORARY privilege is taken from PUBLIC).
+//
+// The deploy step connects as the RDS master user. On RDS that user is not a
+// PostgreSQL superuser: it is created NOSUPERUSER with CREATEROLE and CREATEDB
+// and is a member of rds_superuser, which lets it create roles and grant
+// privileges
+// (https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/Appendix.PostgreSQL.CommonDBATasks.Roles.rds_superuser.html).
+// It owns the database RDS created for it (DatabaseName), and so schema public
+// through pg_database_owner (PostgreSQL 15+). Everything here is therefore done
+// with ordinary privileges: the master creates the roles (on PostgreSQL 16+ a
+// CREATEROLE user gets ADMIN OPTION, but neither SET nor INHERIT, on the roles
+// it creates, and needs that ADMIN OPTION for ALTER ROLE and GRANT), grants
+// itself membership in the owner WITH INHERIT TRUE, SET TRUE (the explicit
+// form of what createrole_self_grant would do,
+// https://www.postgresql.org/docs/16/runtime-config-client.html#GUC-CREATEROLE-SELF-GRANT),
+// hands the owner the objects it still owns itself (deployments before this
+// change ran migrations as the master), and SET ROLEs to the owner for
+// migrations and grants. The tests run the step as a non-superuser
+// CREATEROLE login that owns the database, as the master is on RDS.
+//
+// The login roles reach PostgreSQL only through RDS Proxy. The functions
+// authenticate to the proxy with IAM tokens; the proxy logs in to the
+// database with the user name and password stored in each role's Secrets
+// Manager secret (one secret per user, each registered with the proxy). So
+// each role must exist with exactly that password and is never a member of
+// rds_iam (on RDS that membership turns off password logins for the role,
 // which would lock the proxy out).
 package approle
 
@@ -22,6 +60,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -31,8 +70,8 @@ import (
 // tokens. It exists only on RDS.
 const RDSIAMRole = "rds_iam"
 
-// lockKey serialises Ensure calls ("inbox-ro" as ASCII), so two deploys
-// racing to create the role do not fail on a duplicate.
+// lockKey serialises deploy steps ("inbox-ro" as ASCII), so two deploys
+// racing to create a role do not fail on a duplicate.
 const lockKey int64 = 0x696e626f782d726f
 
 // scramIterations is PostgreSQL's default (scram_iterations).
@@ -42,120 +81,464 @@ const scramIterations = 4096
 // identifier, so it never needs quoting in logs, IAM policies or URLs.
 var RoleName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// ErrUnsafeRole means the role exists with an attribute the application must
-// not have (superuser, CREATEROLE, CREATEDB, REPLICATION, BYPASSRLS). Ensure
-// does not try to strip those (that takes a superuser, which the RDS owner is
-// not); an operator has to.
-var ErrUnsafeRole = errors.New("the application role has privileges it must not have")
+// ErrUnsafeRole means a role exists with an attribute it must not have
+// (superuser, CREATEROLE, CREATEDB, REPLICATION, BYPASSRLS). The deploy step
+// does not try to strip those (that takes a superuser, which the RDS master
+// is not); an operator has to.
+var ErrUnsafeRole = errors.New("a database role has privileges it must not have")
 
-// Result says what Ensure did.
-type Result struct {
+// WorkerStateColumns are the columns of webhook_inbox that only the worker
+// writes (claims, attempts, outcomes). The webhook may insert every other
+// column, including columns later migrations add; a migration that adds a
+// column only the worker may write must add it here.
+var WorkerStateColumns = []string{"received_at", "available_at", "attempts", "last_error", "processed_at", "outcome"}
+
+// receiptKey is the part of a receipt the webhook may read back.
+var receiptKey = []string{"provider", "endpoint", "event_id"}
+
+// Roles names a deployment's database roles.
+type Roles struct {
+	// Owner owns the schema's objects; migrations run as it. NOLOGIN.
+	Owner string
+	// Webhook, Worker and Purge are the functions' login roles.
+	Webhook string
+	Worker  string
+	Purge   string
+	// Retired are login roles of earlier releases (inbox_app, which the
+	// webhook, worker and purge shared). Each is stripped of every
+	// privilege in the database and made NOLOGIN; an operator drops it
+	// once no rollback to the earlier release is needed.
+	Retired []string
+}
+
+// logins returns the login roles with the function each serves.
+func (r Roles) logins() [][2]string {
+	return [][2]string{{"webhook", r.Webhook}, {"worker", r.Worker}, {"purge", r.Purge}}
+}
+
+// Validate checks the names: well-formed, distinct, and none of them master,
+// the user the deploy step connects as.
+func (r Roles) Validate(master string) error {
+	var problems []string
+	seen := map[string]string{}
+	check := func(what, name string) {
+		if name == "" {
+			problems = append(problems, what+" is not set")
+			return
+		}
+		if err := checkRoleName(name); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", what, err))
+		}
+		if prev, dup := seen[name]; dup {
+			problems = append(problems, fmt.Sprintf("%s and %s are both %q: each needs a role of its own", prev, what, name))
+		}
+		seen[name] = what
+	}
+	if master != "" {
+		seen[master] = "the user the deploy step connects as (DB_USER)"
+	}
+	check("the schema owner role", r.Owner)
+	for _, l := range r.logins() {
+		check("the "+l[0]+"'s role", l[1])
+	}
+	for _, name := range r.Retired {
+		check("retired role", name)
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Passwords are the login roles' passwords (from their secrets).
+type Passwords struct {
+	Webhook, Worker, Purge string
+}
+
+func (p Passwords) of(function string) string {
+	switch function {
+	case "webhook":
+		return p.Webhook
+	case "worker":
+		return p.Worker
+	default:
+		return p.Purge
+	}
+}
+
+// UserResult says what Prepare did to one login role.
+type UserResult struct {
 	Role          string `json:"role"`
 	Created       bool   `json:"created"`
 	RevokedRDSIAM bool   `json:"revoked_rds_iam"`
 }
 
-// Ensure creates the login role user, or updates it, so that it logs in with
-// password and holds exactly SELECT, INSERT, UPDATE and DELETE on the tables
-// and USAGE and SELECT on the sequences of schema public (now and, through
-// default privileges, on the tables later migrations create as the current
-// user). schema_migrations stays read-only to it. It runs in one transaction
-// and is idempotent; conn must be the owner's connection.
-func Ensure(ctx context.Context, conn *pgx.Conn, user, password string) (Result, error) {
-	return ensure(ctx, conn, user, password, RDSIAMRole)
+// Result says what the role steps did.
+type Result struct {
+	Owner        string `json:"owner"`
+	OwnerCreated bool   `json:"owner_created"`
+	// Reowned lists the objects handed from the connecting user (the
+	// master) to the owner: the whole schema on the first deploy after
+	// upgrading, nothing afterwards.
+	Reowned []string     `json:"reowned"`
+	Users   []UserResult `json:"users"`
+	// Retired lists the retired roles that existed and were stripped.
+	Retired []string `json:"retired"`
 }
 
-// ensure is Ensure with the IAM role's name injected, so tests can stand in a
-// role of their own for rds_iam (role names are global to the cluster).
-func ensure(ctx context.Context, conn *pgx.Conn, user, password, iamRole string) (Result, error) {
-	res := Result{Role: user}
-	if err := checkRoleName(user); err != nil {
-		return res, err
+// Prepare is the deploy step's first part, run as the master user in one
+// transaction before the migrations: it creates the owner role (or checks
+// it), makes the master a member of it, gives it schema public's objects the
+// master still owns, creates or updates the login roles with their
+// passwords, lets them connect and use the schema (but not create in it),
+// and retires the retired roles. It is idempotent.
+func Prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords) (Result, error) {
+	return prepare(ctx, conn, roles, pw, RDSIAMRole)
+}
+
+// prepare is Prepare with the IAM role's name injected, so tests can stand in
+// a role of their own for rds_iam (role names are global to the cluster).
+func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iamRole string) (Result, error) {
+	res := Result{Owner: roles.Owner, Reowned: []string{}, Users: []UserResult{}, Retired: []string{}}
+	verifiers := map[string]string{}
+	for _, l := range roles.logins() {
+		v, err := scramVerifier(pw.of(l[0]))
+		if err != nil {
+			return res, fmt.Errorf("the %s's role %s: %w", l[0], l[1], err)
+		}
+		verifiers[l[0]] = v
 	}
-	verifier, err := scramVerifier(password)
-	if err != nil {
-		return res, err
-	}
-	role := pgx.Identifier{user}.Sanitize()
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey); err != nil {
 			return fmt.Errorf("taking the role lock: %w", err)
 		}
-		var current, database string
-		if err := tx.QueryRow(ctx, "SELECT current_user, current_database()").Scan(&current, &database); err != nil {
+		var master, database string
+		if err := tx.QueryRow(ctx, "SELECT current_user, current_database()").Scan(&master, &database); err != nil {
 			return fmt.Errorf("reading the current user: %w", err)
 		}
-		if current == user {
-			return fmt.Errorf("the application role %q must differ from the owner that runs migrations (%q)", user, current)
-		}
-		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", user).Scan(&exists); err != nil {
-			return fmt.Errorf("looking up role %s: %w", user, err)
-		}
-		// The verifier is base64 plus '$' and ':', so it needs no escaping,
-		// and the plain password never appears in a statement (or a log).
-		if exists {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER ROLE %s WITH LOGIN INHERIT PASSWORD '%s'", role, verifier)); err != nil {
-				return fmt.Errorf("updating role %s: %w", user, err)
-			}
-		} else {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE ROLE %s WITH LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '%s'", role, verifier)); err != nil {
-				return fmt.Errorf("creating role %s: %w", user, err)
-			}
-			res.Created = true
-		}
-		if err := checkAttributes(ctx, tx, user); err != nil {
+		if err := roles.Validate(master); err != nil {
 			return err
 		}
-		revoked, err := revokeIAM(ctx, tx, user, iamRole)
+		db := pgx.Identifier{database}.Sanitize()
+
+		created, err := ensureOwner(ctx, tx, roles.Owner, master)
 		if err != nil {
 			return err
 		}
-		res.RevokedRDSIAM = revoked
-		for _, stmt := range grants(role, pgx.Identifier{database}.Sanitize()) {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("granting privileges to %s (%s): %w", user, stmt, err)
+		res.OwnerCreated = created
+		if res.Reowned, err = reown(ctx, tx, roles.Owner); err != nil {
+			return err
+		}
+
+		// Temporary tables are a privilege of the database that PUBLIC
+		// holds by default; of the functions only the worker keeps it
+		// (nothing uses it today, but a handler may one day).
+		if _, err := tx.Exec(ctx, "REVOKE TEMPORARY ON DATABASE "+db+" FROM PUBLIC"); err != nil {
+			return fmt.Errorf("revoking temporary tables from PUBLIC: %w", err)
+		}
+		for _, l := range roles.logins() {
+			u, err := ensureLogin(ctx, tx, l[1], verifiers[l[0]], iamRole)
+			res.Users = append(res.Users, u)
+			if err != nil {
+				return err
+			}
+			role := pgx.Identifier{l[1]}.Sanitize()
+			temp := "REVOKE TEMPORARY ON DATABASE " + db + " FROM " + role
+			if l[0] == "worker" {
+				temp = "GRANT TEMPORARY ON DATABASE " + db + " TO " + role
+			}
+			for _, stmt := range []string{
+				"GRANT CONNECT ON DATABASE " + db + " TO " + role,
+				temp,
+				"GRANT USAGE ON SCHEMA public TO " + role,
+				"REVOKE CREATE ON SCHEMA public FROM " + role,
+			} {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("%s: %w", stmt, err)
+				}
 			}
 		}
-		// The migration ledger is the runner's; the application may read it.
-		var ledger bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass('public.schema_migrations') IS NOT NULL").Scan(&ledger); err != nil {
-			return fmt.Errorf("looking up schema_migrations: %w", err)
-		}
-		if ledger {
-			if _, err := tx.Exec(ctx, "REVOKE INSERT, UPDATE, DELETE ON public.schema_migrations FROM "+role); err != nil {
-				return fmt.Errorf("making schema_migrations read-only to %s: %w", user, err)
+
+		for _, name := range roles.Retired {
+			var exists bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", name).Scan(&exists); err != nil {
+				return fmt.Errorf("looking up role %s: %w", name, err)
 			}
+			if !exists {
+				continue
+			}
+			role := pgx.Identifier{name}.Sanitize()
+			// Table privileges are the owner's grants (ownership moved
+			// them); Grant revokes those. Here: the login, the database,
+			// the schema, and default privileges the master set for it.
+			for _, stmt := range []string{
+				"ALTER ROLE " + role + " NOLOGIN",
+				"REVOKE ALL ON DATABASE " + db + " FROM " + role,
+				"REVOKE ALL ON SCHEMA public FROM " + role,
+				"ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM " + role,
+				"ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON SEQUENCES FROM " + role,
+			} {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("retiring role %s (%s): %w", name, stmt, err)
+				}
+			}
+			res.Retired = append(res.Retired, name)
 		}
 		return nil
 	})
 	return res, err
 }
 
-// grants are the statements that give role exactly the privileges the
-// application needs and take away the ones it must not have.
-func grants(role, database string) []string {
-	return []string{
-		"GRANT CONNECT ON DATABASE " + database + " TO " + role,
-		"GRANT USAGE ON SCHEMA public TO " + role,
-		"REVOKE CREATE ON SCHEMA public FROM " + role,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role,
-		"REVOKE TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA public FROM " + role,
-		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO " + role,
-		"REVOKE UPDATE ON ALL SEQUENCES IN SCHEMA public FROM " + role,
-		// Tables and sequences that later migrations create (as the current
-		// user, the owner) get the same grants without another Ensure.
-		"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO " + role,
-		"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO " + role,
+// ensureOwner creates the NOLOGIN owner role if it is missing, refuses one
+// with dangerous attributes, makes master a member that may SET ROLE to it
+// and inherits its privileges (so the master can still administer the
+// schema's objects, as an operator expects), and lets it use and create in
+// schema public.
+func ensureOwner(ctx context.Context, tx pgx.Tx, name, master string) (bool, error) {
+	owner := pgx.Identifier{name}.Sanitize()
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", name).Scan(&exists); err != nil {
+		return false, fmt.Errorf("looking up role %s: %w", name, err)
 	}
+	if !exists {
+		if _, err := tx.Exec(ctx, "CREATE ROLE "+owner+" NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"); err != nil {
+			return false, fmt.Errorf("creating the owner role %s: %w", name, err)
+		}
+	} else if _, err := tx.Exec(ctx, "ALTER ROLE "+owner+" NOLOGIN"); err != nil {
+		return false, fmt.Errorf("making the owner role %s NOLOGIN: %w", name, err)
+	}
+	if err := checkAttributes(ctx, tx, name); err != nil {
+		return false, err
+	}
+	var version int
+	if err := tx.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return false, fmt.Errorf("reading the server version: %w", err)
+	}
+	grant := "GRANT " + owner + " TO " + pgx.Identifier{master}.Sanitize()
+	if version >= 160000 {
+		// PostgreSQL 16 split membership into ADMIN, INHERIT and SET; the
+		// implicit grant a CREATEROLE user gets on a role it creates has
+		// ADMIN only.
+		grant += " WITH INHERIT TRUE, SET TRUE"
+	}
+	for _, stmt := range []string{grant, "GRANT USAGE, CREATE ON SCHEMA public TO " + owner} {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return false, fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return !exists, nil
+}
+
+// reown hands the owner the objects of schema public that the current user
+// owns: tables, views, standalone sequences (an identity or serial sequence
+// follows its table), routines and types, except members of extensions.
+func reown(ctx context.Context, tx pgx.Tx, ownerName string) ([]string, error) {
+	rows, err := tx.Query(ctx, `
+SELECT CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'S' THEN 'SEQUENCE'
+                      WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END,
+       format('public.%I', c.relname)
+  FROM pg_class c
+ WHERE c.relnamespace = 'public'::regnamespace
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+   AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+   AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                    WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                      AND (d.deptype = 'e' OR (c.relkind = 'S' AND d.deptype IN ('a', 'i'))))
+UNION ALL
+SELECT 'ROUTINE', format('public.%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid))
+  FROM pg_proc p
+ WHERE p.pronamespace = 'public'::regnamespace
+   AND p.proowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+   AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
+UNION ALL
+SELECT CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, format('public.%I', t.typname)
+  FROM pg_type t
+ WHERE t.typnamespace = 'public'::regnamespace
+   AND t.typowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+   AND t.typtype IN ('e', 'd', 'r', 'm')
+   AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e')
+ ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("listing the objects to hand to the owner: %w", err)
+	}
+	type object struct{ kind, name string }
+	objects, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (object, error) {
+		var o object
+		return o, r.Scan(&o.kind, &o.name)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the objects to hand to the owner: %w", err)
+	}
+	out := []string{}
+	owner := pgx.Identifier{ownerName}.Sanitize()
+	for _, o := range objects {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER %s %s OWNER TO %s", o.kind, o.name, owner)); err != nil {
+			return nil, fmt.Errorf("handing %s %s to the owner %s: %w", strings.ToLower(o.kind), o.name, ownerName, err)
+		}
+		out = append(out, o.name)
+	}
+	return out, nil
+}
+
+// ensureLogin creates the login role user, or updates it, so that it logs in
+// with the password whose SCRAM verifier is given, has no dangerous
+// attribute, and is not a member of iamRole.
+func ensureLogin(ctx context.Context, tx pgx.Tx, user, verifier, iamRole string) (UserResult, error) {
+	res := UserResult{Role: user}
+	role := pgx.Identifier{user}.Sanitize()
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", user).Scan(&exists); err != nil {
+		return res, fmt.Errorf("looking up role %s: %w", user, err)
+	}
+	// The verifier is base64 plus '$' and ':', so it needs no escaping, and
+	// the plain password never appears in a statement (or a log).
+	if exists {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER ROLE %s WITH LOGIN INHERIT PASSWORD '%s'", role, verifier)); err != nil {
+			return res, fmt.Errorf("updating role %s: %w", user, err)
+		}
+	} else {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE ROLE %s WITH LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '%s'", role, verifier)); err != nil {
+			return res, fmt.Errorf("creating role %s: %w", user, err)
+		}
+		res.Created = true
+	}
+	if err := checkAttributes(ctx, tx, user); err != nil {
+		return res, err
+	}
+	revoked, err := revokeIAM(ctx, tx, user, iamRole)
+	res.RevokedRDSIAM = revoked
+	return res, err
+}
+
+// Grant is the deploy step's last part, run after the migrations: as the
+// owner (SET LOCAL ROLE, so the grants are the owner's), in one transaction,
+// it takes every privilege on schema public's tables and sequences from the
+// login roles and the retired roles and grants each login role exactly what
+// its function needs (see the package comment), including the default
+// privileges that give the worker the tables later migrations create.
+// Running it after each deploy's migrations is what lets the webhook insert
+// columns later migrations add to webhook_inbox. conn must be the master's.
+func Grant(ctx context.Context, conn *pgx.Conn, roles Roles) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey); err != nil {
+			return fmt.Errorf("taking the role lock: %w", err)
+		}
+		var master string
+		if err := tx.QueryRow(ctx, "SELECT current_user").Scan(&master); err != nil {
+			return fmt.Errorf("reading the current user: %w", err)
+		}
+		if err := roles.Validate(master); err != nil {
+			return err
+		}
+		owner := pgx.Identifier{roles.Owner}.Sanitize()
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+owner); err != nil {
+			return fmt.Errorf("becoming the owner %s: %w", roles.Owner, err)
+		}
+		columns, err := webhookColumns(ctx, tx)
+		if err != nil {
+			return err
+		}
+		// A retired role that never existed here (a stack created after
+		// it was retired) has nothing to revoke.
+		var retired []string
+		if err := tx.QueryRow(ctx, "SELECT coalesce(array_agg(rolname ORDER BY rolname), '{}') FROM pg_roles WHERE rolname = ANY ($1)",
+			roles.Retired).Scan(&retired); err != nil {
+			return fmt.Errorf("looking up the retired roles: %w", err)
+		}
+		roles.Retired = retired
+		for _, stmt := range grants(roles, columns) {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("granting privileges (%s): %w", stmt, err)
+			}
+		}
+		return nil
+	})
+}
+
+// webhookColumns lists the columns of webhook_inbox the webhook may insert:
+// all but WorkerStateColumns.
+func webhookColumns(ctx context.Context, tx pgx.Tx) ([]string, error) {
+	rows, err := tx.Query(ctx, `
+SELECT attname FROM pg_attribute
+ WHERE attrelid = 'public.webhook_inbox'::regclass AND attnum > 0 AND NOT attisdropped
+   AND attgenerated = ''
+ ORDER BY attnum`)
+	if err != nil {
+		return nil, fmt.Errorf("listing the columns of webhook_inbox: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing the columns of webhook_inbox: %w", err)
+	}
+	var out []string
+	for _, c := range all {
+		if !slices.Contains(WorkerStateColumns, c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = pgx.Identifier{n}.Sanitize()
+	}
+	return strings.Join(q, ", ")
+}
+
+// grants are the statements, run as the owner, that give each login role
+// exactly its function's privileges and take everything from retired roles.
+func grants(roles Roles, webhookInsert []string) []string {
+	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	owner, webhook, worker, purge := q(roles.Owner), q(roles.Webhook), q(roles.Worker), q(roles.Purge)
+	var out []string
+	// Start from nothing, so a privilege an earlier release (or an
+	// operator) granted does not linger.
+	for _, name := range append([]string{roles.Webhook, roles.Worker, roles.Purge}, roles.Retired...) {
+		r := q(name)
+		out = append(out,
+			"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "+r,
+			"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "+r,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public REVOKE ALL ON TABLES FROM "+r,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public REVOKE ALL ON SEQUENCES FROM "+r,
+		)
+	}
+	out = append(out,
+		// The webhook: store a receipt, and read back only its key (the
+		// INSERT ... ON CONFLICT DO NOTHING RETURNING of internal/inbox).
+		"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+webhook,
+		"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+webhook,
+
+		// The purge (internal/retention): delete processed receipts and
+		// published outbox rows, scrub payloads. Its batches pick rows by
+		// ctid, which a column grant cannot cover, so SELECT is the table's.
+		// They lock the rows they pick (FOR UPDATE SKIP LOCKED), which
+		// PostgreSQL allows only with UPDATE on at least one column: on
+		// webhook_inbox that is payload and payload_raw (scrubbing), on outbox created_at,
+		// the one column whose change neither the dispatcher (payload,
+		// published_at) nor the retention (published_at) reads.
+		"GRANT SELECT, DELETE ON public.webhook_inbox, public.outbox TO "+purge,
+		"GRANT UPDATE (payload, payload_raw) ON public.webhook_inbox TO "+purge,
+		"GRANT UPDATE (created_at) ON public.outbox TO "+purge,
+
+		// The worker: everything else, now and in later migrations.
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+worker,
+		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "+worker,
+		"REVOKE INSERT, DELETE ON public.webhook_inbox FROM "+worker,
+		"REVOKE ALL ON public.schema_migrations FROM "+worker,
+		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+worker,
+		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+worker,
+	)
+	return out
 }
 
 func checkRoleName(user string) error {
 	switch {
 	case !RoleName.MatchString(user):
-		return fmt.Errorf("application role name %q must be lower-case letters, digits and _ (at most 63), starting with a letter or _", user)
-	case strings.HasPrefix(user, "pg_"), strings.HasPrefix(user, "rds"), user == "postgres":
-		return fmt.Errorf("application role name %q is reserved by PostgreSQL or RDS", user)
+		return fmt.Errorf("role name %q must be lower-case letters, digits and _ (at most 63), starting with a letter or _", user)
+	case strings.HasPrefix(user, "pg_"), strings.HasPrefix(user, "rds"), user == "postgres", user == "public":
+		return fmt.Errorf("role name %q is reserved by PostgreSQL or RDS", user)
 	}
 	return nil
 }
@@ -169,9 +552,12 @@ func checkAttributes(ctx context.Context, tx pgx.Tx, user string) error {
 		return fmt.Errorf("reading the attributes of role %s: %w", user, err)
 	}
 	var extra []string
-	for name, set := range map[string]bool{"SUPERUSER": super, "CREATEROLE": createRole, "CREATEDB": createDB, "REPLICATION": replication, "BYPASSRLS": bypassRLS} {
-		if set {
-			extra = append(extra, name)
+	for _, a := range []struct {
+		name string
+		set  bool
+	}{{"SUPERUSER", super}, {"CREATEROLE", createRole}, {"CREATEDB", createDB}, {"REPLICATION", replication}, {"BYPASSRLS", bypassRLS}} {
+		if a.set {
+			extra = append(extra, a.name)
 		}
 	}
 	if len(extra) > 0 {
@@ -240,11 +626,11 @@ func hmacSHA256(key []byte, msg string) []byte {
 // verifier computed here matches the one the server would compute.
 func checkPassword(password string) error {
 	if len(password) < 16 || len(password) > 256 {
-		return fmt.Errorf("the application role's password must be 16 to 256 characters, got %d", len(password))
+		return fmt.Errorf("the password must be 16 to 256 characters, got %d", len(password))
 	}
 	for _, r := range password {
 		if r < 0x21 || r > 0x7e {
-			return errors.New("the application role's password must be printable ASCII without spaces")
+			return errors.New("the password must be printable ASCII without spaces")
 		}
 	}
 	return nil

@@ -7,37 +7,118 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/migrate"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
+	"github.com/stripe-inbox/inbox/internal/retention"
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
-type testBundle struct {
-	ctx   context.Context
-	db    *pgtest.Database
-	owner *pgx.Conn
-	role  string
+// deployment is one test's database and roles. Role names are global to the
+// cluster, so every name is unique to the test and the roles are dropped
+// (with their privileges) when it ends.
+//
+// master stands in for the RDS master user: a login with CREATEROLE and
+// CREATEDB that owns the database (and so schema public, through
+// pg_database_owner) but is not a superuser.
+type deployment struct {
+	ctx    context.Context
+	db     *pgtest.Database
+	master string
+	roles  Roles
+	pw     Passwords
 }
 
-// setup gives a test a migrated database, an owner connection to it and a
-// role name of its own. Role names are global to the cluster, so the role is
-// dropped (with its privileges) when the test ends.
-func setup(t *testing.T) *testBundle {
+func newDeployment(t *testing.T, db *pgtest.Database) *deployment {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	db := pgtest.DB(t)
-	b := &testBundle{ctx: ctx, db: db, role: uniqueName("inbox_app_t")}
-	dropRoleOnCleanup(t, db, b.role)
-	b.owner = db.Connect(t)
-	return b
+	d := &deployment{
+		ctx:    ctx,
+		db:     db,
+		master: uniqueName("master_t"),
+		roles: Roles{
+			Owner:   uniqueName("owner_t"),
+			Webhook: uniqueName("webhook_t"),
+			Worker:  uniqueName("worker_t"),
+			Purge:   uniqueName("purge_t"),
+		},
+		pw: Passwords{Webhook: "webhook-Password-0123456789", Worker: "worker-Password-0123456789", Purge: "purge-Password-0123456789"},
+	}
+	dropRoleOnCleanup(t, db, d.master)
+	for _, r := range []string{d.roles.Owner, d.roles.Webhook, d.roles.Worker, d.roles.Purge} {
+		dropRoleOnCleanup(t, db, r)
+	}
+	for _, q := range []string{
+		"CREATE ROLE " + d.master + " LOGIN NOSUPERUSER CREATEROLE CREATEDB",
+		"ALTER DATABASE " + pgx.Identifier{db.Name}.Sanitize() + " OWNER TO " + d.master,
+	} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	return d
+}
+
+// deployer is the migrate function's step, connecting as the master.
+func (d *deployment) deployer(t *testing.T) *Deployer {
+	return &Deployer{
+		Connect:   func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, d.config(t, d.master)) },
+		Passwords: func(context.Context) (Passwords, error) { return d.pw, nil },
+		Roles:     d.roles,
+		Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	}
+}
+
+func (d *deployment) deploy(t *testing.T) Summary {
+	t.Helper()
+	sum, err := d.deployer(t).Run(d.ctx)
+	require.NoError(t, err)
+	return sum
+}
+
+func (d *deployment) config(t *testing.T, role string) *pgx.ConnConfig {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(d.db.URL)
+	require.NoError(t, err)
+	// The test server trusts local connections; passwords are checked
+	// separately (requirePassword).
+	cfg.User = role
+	return cfg
+}
+
+// connectAs opens a connection to the test database as role.
+func (d *deployment) connectAs(t *testing.T, role string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.ConnectConfig(d.ctx, d.config(t, role))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// dsnAs is the test database's DSN (keyword/value, see pgtest) for role.
+func (d *deployment) dsnAs(t *testing.T, role string) string {
+	t.Helper()
+	_, err := pgx.ParseConfig(d.db.URL)
+	require.NoError(t, err)
+	require.NotContains(t, d.db.URL, "://", "pgtest URLs are keyword/value DSNs")
+	return d.db.URL + " user=" + role // a later keyword wins
 }
 
 func uniqueName(prefix string) string {
@@ -56,44 +137,40 @@ func dropRoleOnCleanup(t *testing.T, db *pgtest.Database, role string) {
 		if !exists {
 			return
 		}
-		// DROP OWNED removes the role's privileges here and on shared
-		// objects (the database's CONNECT grant), so DROP ROLE can succeed.
-		_, err := db.Pool.Exec(ctx, "DROP OWNED BY "+ident)
+		// A database the role owns goes back to the test server's user,
+		// so pgtest can drop it and DROP ROLE can succeed.
+		rows, err := db.Pool.Query(ctx, "SELECT datname FROM pg_database WHERE datdba = (SELECT oid FROM pg_roles WHERE rolname = $1)", role)
+		require.NoError(t, err)
+		owned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		for _, name := range owned {
+			_, err := db.Pool.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" OWNER TO CURRENT_USER")
+			require.NoError(t, err)
+		}
+		// DROP OWNED removes the role's objects and privileges here and on
+		// shared objects (the database's CONNECT grant).
+		_, err = db.Pool.Exec(ctx, "DROP OWNED BY "+ident)
 		require.NoError(t, err)
 		_, err = db.Pool.Exec(ctx, "DROP ROLE "+ident)
 		require.NoError(t, err)
 	})
 }
 
-// connectAs opens a connection to the test database as role. The test server
-// trusts local connections, so the password is checked separately (see
-// requirePassword).
-func connectAs(t *testing.T, b *testBundle, role, password string) *pgx.Conn {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(b.db.URL)
-	require.NoError(t, err)
-	cfg.User, cfg.Password = role, password
-	conn, err := pgx.ConnectConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
 // requirePassword checks that the stored SCRAM verifier of role accepts
 // password: it recomputes the verifier from the stored salt and iterations.
-func requirePassword(t *testing.T, b *testBundle, role, password string) {
+func requirePassword(t *testing.T, db *pgtest.Database, role, password string) {
 	t.Helper()
-	stored := storedVerifier(t, b, role)
+	stored := storedVerifier(t, db, role)
 	salt, iterations := parseVerifier(t, stored)
 	want, err := scramVerifierWithSalt(password, salt, iterations)
 	require.NoError(t, err)
-	require.Equal(t, want, stored, "the stored verifier does not match the password")
+	require.Equal(t, want, stored, "the stored verifier of %s does not match the password", role)
 }
 
-func storedVerifier(t *testing.T, b *testBundle, role string) string {
+func storedVerifier(t *testing.T, db *pgtest.Database, role string) string {
 	t.Helper()
 	var stored string
-	require.NoError(t, b.owner.QueryRow(b.ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role).Scan(&stored))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role).Scan(&stored))
 	return stored
 }
 
@@ -112,11 +189,45 @@ func parseVerifier(t *testing.T, v string) ([]byte, int) {
 	return salt, n
 }
 
-func requireSQLState(t *testing.T, err error, code string) {
+func requireSQLState(t *testing.T, err error, code string, msgAndArgs ...any) {
 	t.Helper()
 	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want PostgreSQL error %s, got %v", code, err)
-	require.Equal(t, code, pgErr.Code, pgErr.Message)
+	require.True(t, errors.As(err, &pgErr), "want PostgreSQL error %s, got %v (%v)", code, err, msgAndArgs)
+	require.Equal(t, code, pgErr.Code, "%s %v", pgErr.Message, msgAndArgs)
+}
+
+// requireDenied runs each statement on conn and requires permission denied
+// (42501) for every one.
+func requireDenied(t *testing.T, conn *pgx.Conn, statements ...string) {
+	t.Helper()
+	for _, q := range statements {
+		_, err := conn.Exec(context.Background(), q)
+		requireSQLState(t, err, "42501", q)
+	}
+}
+
+// ddl is what no function's role may do.
+var ddl = []string{
+	"CREATE TABLE not_allowed (id int)",
+	"ALTER TABLE webhook_inbox ADD COLUMN x int",
+	"ALTER TABLE invoices ADD COLUMN x int",
+	"DROP TABLE outbox",
+	"CREATE INDEX not_allowed ON ledger_entries (amount)",
+	"TRUNCATE webhook_inbox",
+	"TRUNCATE ledger_entries",
+	"INSERT INTO schema_migrations (version, name, checksum) VALUES ('9999', 'x', 'x')",
+	"DELETE FROM schema_migrations",
+}
+
+// receive verifies a signed event and stores it through db, as the webhook
+// does.
+func receive(t *testing.T, db inbox.DB, payload []byte) inbox.StoreOutcome {
+	t.Helper()
+	ev, err := stripeevent.Verify(payload, stripetest.Sign(payload, time.Now(), "whsec_test"), []string{"whsec_test"})
+	require.NoError(t, err)
+	out, err := inbox.Store(context.Background(), db, "billing", ev)
+	require.NoError(t, err)
+	return out
 }
 
 const (
@@ -124,193 +235,426 @@ const (
 	password2 = "second-Password-9876543210"
 )
 
-func TestEnsureCreatesLoginRole(t *testing.T) {
+// TestDeployAsNonSuperuserMaster: the deploy step, run by a master user that
+// is not a superuser (as on RDS), creates the NOLOGIN owner and the three
+// login roles, applies every migration as the owner, and is a no-op the
+// second time.
+func TestDeployAsNonSuperuserMaster(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-
-	res, err := Ensure(b.ctx, b.owner, b.role, password1)
+	d := newDeployment(t, pgtest.Empty(t))
+	all, err := migrate.All()
 	require.NoError(t, err)
-	require.Equal(t, Result{Role: b.role, Created: true}, res)
+	// A stack created after inbox_app was retired still lists it.
+	d.roles.Retired = []string{uniqueName("never_existed_t")}
 
-	var login, super, createRole, createDB bool
-	require.NoError(t, b.owner.QueryRow(b.ctx,
-		"SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = $1", b.role,
-	).Scan(&login, &super, &createRole, &createDB))
-	require.True(t, login)
-	require.False(t, super)
-	require.False(t, createRole)
-	require.False(t, createDB)
-	requirePassword(t, b, b.role, password1)
+	sum := d.deploy(t)
+	require.Len(t, sum.Applied, len(all))
+	require.Equal(t, all[len(all)-1].Version, sum.Current)
+	require.True(t, sum.Roles.OwnerCreated)
+	require.Empty(t, sum.Roles.Reowned, "a fresh database has nothing for the owner to take over")
+	require.Empty(t, sum.Roles.Retired, "a retired role that does not exist is skipped")
+	require.Len(t, sum.Roles.Users, 3)
+	for _, u := range sum.Roles.Users {
+		require.True(t, u.Created, u.Role)
+	}
+
+	var ownerLogin, masterSuper bool
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", d.roles.Owner).Scan(&ownerLogin))
+	require.False(t, ownerLogin, "nobody logs in as the schema's owner")
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = $1", d.master).Scan(&masterSuper))
+	require.False(t, masterSuper)
+	requireOwnedBy(t, d, d.roles.Owner)
+	for role, pw := range map[string]string{d.roles.Webhook: d.pw.Webhook, d.roles.Worker: d.pw.Worker, d.roles.Purge: d.pw.Purge} {
+		requirePassword(t, d.db, role, pw)
+		var login, super, createRole, createDB bool
+		require.NoError(t, d.db.Pool.QueryRow(d.ctx,
+			"SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = $1", role,
+		).Scan(&login, &super, &createRole, &createDB))
+		require.Equal(t, []bool{true, false, false, false}, []bool{login, super, createRole, createDB}, role)
+	}
+
+	// A second deploy applies nothing, creates nothing, and does not
+	// duplicate or widen privileges.
+	acl := func() string {
+		var acl string
+		require.NoError(t, d.db.Pool.QueryRow(d.ctx,
+			"SELECT array_to_string(relacl, ',') FROM pg_class WHERE oid = 'webhook_inbox'::regclass").Scan(&acl))
+		return acl
+	}
+	before := acl()
+	sum = d.deploy(t)
+	require.Empty(t, sum.Applied)
+	require.NotNil(t, sum.Applied, "applied must marshal as [] in the summary")
+	require.False(t, sum.Roles.OwnerCreated)
+	require.Empty(t, sum.Roles.Reowned)
+	for _, u := range sum.Roles.Users {
+		require.False(t, u.Created, u.Role)
+	}
+	require.Equal(t, before, acl())
+	require.Equal(t, 1, strings.Count(acl(), d.roles.Worker+"="))
 }
 
-func TestEnsureIsIdempotent(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-
-	_, err := Ensure(b.ctx, b.owner, b.role, password1)
+// requireOwnedBy checks every relation of schema public belongs to owner.
+func requireOwnedBy(t *testing.T, d *deployment, owner string) {
+	t.Helper()
+	rows, err := d.db.Pool.Query(d.ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = 'public'::regnamespace AND pg_get_userbyid(c.relowner) <> $1`, owner)
 	require.NoError(t, err)
-	res, err := Ensure(b.ctx, b.owner, b.role, password1)
+	others, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.False(t, res.Created)
-	requirePassword(t, b, b.role, password1)
-
-	// Privileges are not duplicated or widened by the second run.
-	var acl string
-	require.NoError(t, b.owner.QueryRow(b.ctx,
-		"SELECT array_to_string(relacl, ',') FROM pg_class WHERE oid = 'webhook_inbox'::regclass").Scan(&acl))
-	require.Contains(t, acl, b.role+"=arwd/")
-	require.Equal(t, 1, strings.Count(acl, b.role+"="))
+	require.Empty(t, others, "objects of schema public not owned by the owner role")
+	var tables int
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").Scan(&tables))
+	require.GreaterOrEqual(t, tables, 6)
 }
 
-func TestEnsureChangesPasswordOnRerun(t *testing.T) {
+// TestWebhookRoleMayOnlyStoreReceipts: the internet-facing webhook's role
+// stores receipts (new and duplicate) and can do nothing else.
+func TestWebhookRoleMayOnlyStoreReceipts(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	d := newDeployment(t, pgtest.Empty(t))
+	d.deploy(t)
+	webhook := d.connectAs(t, d.roles.Webhook)
 
-	_, err := Ensure(b.ctx, b.owner, b.role, password1)
-	require.NoError(t, err)
-	_, err = Ensure(b.ctx, b.owner, b.role, password2)
-	require.NoError(t, err)
-
-	requirePassword(t, b, b.role, password2)
-	salt, iterations := parseVerifier(t, storedVerifier(t, b, b.role))
-	old, err := scramVerifierWithSalt(password1, salt, iterations)
-	require.NoError(t, err)
-	require.NotEqual(t, old, storedVerifier(t, b, b.role))
-}
-
-func TestEnsureGrantsDMLButNoDDL(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-
-	_, err := Ensure(b.ctx, b.owner, b.role, password1)
-	require.NoError(t, err)
-	app := connectAs(t, b, b.role, password1)
-
-	// DML on the application's tables, and sequences through identity columns.
-	_, err = app.Exec(b.ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload)
-		VALUES ('stripe', 'billing', 'evt_1', 'invoice.paid', false, '{}')`)
-	require.NoError(t, err)
-	_, err = app.Exec(b.ctx, "UPDATE webhook_inbox SET attempts = attempts + 1 WHERE event_id = 'evt_1'")
-	require.NoError(t, err)
+	// What the webhook function does (internal/inbox.Store).
+	require.Equal(t, inbox.Stored, receive(t, webhook, stripetest.Event("evt_1", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000))))
+	require.Equal(t, inbox.Duplicate, receive(t, webhook, stripetest.Event("evt_1", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000))))
 	var n int
-	require.NoError(t, app.QueryRow(b.ctx, "SELECT count(*) FROM webhook_inbox").Scan(&n))
-	require.Equal(t, 1, n)
-	_, err = app.Exec(b.ctx, "DELETE FROM webhook_inbox WHERE event_id = 'evt_1'")
-	require.NoError(t, err)
-	_, err = app.Exec(b.ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-		VALUES ('invoice', 'in_1', 'invoice.paid', '{}')`)
-	require.NoError(t, err)
+	require.NoError(t, webhook.QueryRow(d.ctx, "SELECT count(*) FROM webhook_inbox WHERE provider = 'stripe' AND endpoint = 'billing' AND event_id = 'evt_1'").Scan(&n))
+	require.Equal(t, 1, n, "the webhook may read the receipt keys")
 
-	// No DDL, no TRUNCATE, and the migration ledger is read-only.
-	_, err = app.Exec(b.ctx, "CREATE TABLE not_allowed (id int)")
-	requireSQLState(t, err, "42501")
-	_, err = app.Exec(b.ctx, "DROP TABLE webhook_inbox")
-	requireSQLState(t, err, "42501")
-	_, err = app.Exec(b.ctx, "ALTER TABLE webhook_inbox ADD COLUMN x int")
-	requireSQLState(t, err, "42501")
-	_, err = app.Exec(b.ctx, "TRUNCATE outbox")
-	requireSQLState(t, err, "42501")
-	_, err = app.Exec(b.ctx, "DELETE FROM schema_migrations")
-	requireSQLState(t, err, "42501")
-	require.NoError(t, app.QueryRow(b.ctx, "SELECT count(*) FROM schema_migrations").Scan(&n))
-	require.Positive(t, n)
+	requireDenied(t, webhook,
+		// Receipts: no reading their content, no changing or deleting them,
+		// no setting the worker's state on insert.
+		"SELECT payload FROM webhook_inbox",
+		"SELECT * FROM webhook_inbox",
+		"UPDATE webhook_inbox SET processed_at = now(), outcome = 'applied'",
+		"UPDATE webhook_inbox SET payload = '{}'",
+		"DELETE FROM webhook_inbox",
+		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, processed_at, outcome)
+			VALUES ('stripe', 'billing', 'evt_2', 'invoice.paid', false, '{}', now(), 'applied')`,
+		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, attempts)
+			VALUES ('stripe', 'billing', 'evt_3', 'invoice.paid', false, '{}', 99)`,
+		// The business tables and the outbox: nothing at all.
+		"SELECT 1 FROM invoices", "INSERT INTO invoices (id, customer_id, status) VALUES ('in_x', 'cus_1', 'paid')",
+		"UPDATE invoices SET amount_paid = 0", "DELETE FROM invoices",
+		"SELECT 1 FROM ledger_entries", "INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ('in_x', 'payment', 1, 'evt_x')",
+		"DELETE FROM ledger_entries",
+		"SELECT 1 FROM outbox", "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'b', 'c', '{}')",
+		"SELECT 1 FROM anomalies", "INSERT INTO anomalies (kind, subject_id, endpoint, event_id) VALUES ('k', 's', 'e', 'v')",
+		"UPDATE anomalies SET resolved_at = now()",
+		"SELECT 1 FROM schema_migrations",
+		"CREATE TEMP TABLE scratch (id int)",
+	)
+	requireDenied(t, webhook, ddl...)
 }
 
-func TestEnsureCoversTablesOfLaterMigrations(t *testing.T) {
+// TestPurgeRoleMayOnlyPurge: the purge's role runs internal/retention
+// (delete and scrub) and cannot write the business tables.
+func TestPurgeRoleMayOnlyPurge(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	d := newDeployment(t, pgtest.Empty(t))
+	d.deploy(t)
+	now := time.Now()
+	for _, q := range []string{
+		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, processed_at, outcome)
+		 VALUES ('stripe', 'billing', 'evt_old', 'invoice.paid', false, '{"a": 1}', $1::timestamptz - interval '40 days', 'applied'),
+		        ('stripe', 'billing', 'evt_mid', 'invoice.paid', false, '{"a": 1}', $1::timestamptz - interval '10 days', 'applied'),
+		        ('stripe', 'billing', 'evt_new', 'invoice.paid', false, '{"a": 1}', NULL, NULL)`,
+		`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, published_at)
+		 VALUES ('invoice', 'in_1', 'x', '{}', $1::timestamptz - interval '40 days'), ('invoice', 'in_2', 'x', '{}', NULL)`,
+	} {
+		_, err := d.db.Pool.Exec(d.ctx, q, now)
+		require.NoError(t, err)
+	}
+	purge := d.connectAs(t, d.roles.Purge)
 
-	_, err := Ensure(b.ctx, b.owner, b.role, password1)
+	// What the purge function does.
+	cfg := retention.Config{Retention: 30 * retention.Day, ScrubAfter: 7 * retention.Day}.WithDefaults()
+	require.NoError(t, cfg.Validate())
+	p := retention.New(purge, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	p.Now = func() *time.Time { return &now }
+	s, err := p.Run(d.ctx)
 	require.NoError(t, err)
-	// A later migration, run by the owner without another Ensure.
-	_, err = b.owner.Exec(b.ctx, "CREATE TABLE later_table (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text)")
-	require.NoError(t, err)
+	require.EqualValues(t, 1, s.PurgedReceipts)
+	require.EqualValues(t, 1, s.PurgedOutbox)
+	require.EqualValues(t, 1, s.ScrubbedPayloads)
+	require.Equal(t, 2, d.db.Count(t, "webhook_inbox", ""))
+	require.Equal(t, 1, d.db.Count(t, "outbox", ""))
 
-	app := connectAs(t, b, b.role, password1)
-	_, err = app.Exec(b.ctx, "INSERT INTO later_table (note) VALUES ('x')")
-	require.NoError(t, err)
-	_, err = app.Exec(b.ctx, "DROP TABLE later_table")
-	requireSQLState(t, err, "42501")
+	requireDenied(t, purge,
+		"SELECT 1 FROM invoices", "INSERT INTO invoices (id, customer_id, status) VALUES ('in_x', 'cus_1', 'paid')",
+		"UPDATE invoices SET amount_paid = 0", "DELETE FROM invoices",
+		"SELECT 1 FROM ledger_entries", "INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ('in_x', 'payment', 1, 'evt_x')",
+		"UPDATE ledger_entries SET amount = 0", "DELETE FROM ledger_entries",
+		"SELECT 1 FROM anomalies", "UPDATE anomalies SET resolved_at = now()", "DELETE FROM anomalies",
+		"INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'b', 'c', '{}')",
+		"UPDATE outbox SET published_at = now()",
+		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload)
+			VALUES ('stripe', 'billing', 'evt_x', 'invoice.paid', false, '{}')`,
+		"UPDATE webhook_inbox SET processed_at = NULL",
+		"UPDATE webhook_inbox SET attempts = 0",
+		"CREATE TEMP TABLE scratch (id int)",
+	)
+	requireDenied(t, purge, ddl...)
 }
 
-func TestEnsureRevokesIAMMembership(t *testing.T) {
+// TestWorkerRoleAppliesEffectsButCannotChangeTheSchema: the worker's role
+// drains the inbox and reads and writes the business tables, but cannot
+// create, alter or drop anything, insert or delete receipts, or touch the
+// migration ledger.
+func TestWorkerRoleAppliesEffectsButCannotChangeTheSchema(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	d := newDeployment(t, pgtest.Empty(t))
+	d.deploy(t)
+	receive(t, d.connectAs(t, d.roles.Webhook), stripetest.Event("evt_1", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000)))
+
+	// What the worker function does, on a pool configured as it is.
+	pool, err := database.Open(d.ctx, database.Config{URL: d.dsnAs(t, d.roles.Worker), MaxConns: 3, PreparedStatements: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg := worker.Config{Concurrency: 1, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
+	w := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	_, err = w.Run(d.ctx)
+	require.NoError(t, err)
+	var processed bool
+	var lastError *string
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT processed_at IS NOT NULL, last_error FROM webhook_inbox WHERE event_id = 'evt_1'").
+		Scan(&processed, &lastError))
+	require.Nil(t, lastError)
+	require.True(t, processed)
+
+	conn := d.connectAs(t, d.roles.Worker)
+	for _, q := range []string{
+		"INSERT INTO invoices (id, customer_id, status) VALUES ('in_w', 'cus_1', 'open')",
+		"UPDATE invoices SET amount_due = 5 WHERE id = 'in_w'",
+		"INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ('in_w', 'payment', 5, 'evt_w')",
+		"INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('invoice', 'in_w', 'x', '{}')",
+		"INSERT INTO anomalies (kind, subject_id, endpoint, event_id) VALUES ('k', 'in_w', 'billing', 'evt_w')",
+		"UPDATE webhook_inbox SET attempts = attempts WHERE event_id = 'evt_1'",
+		"SELECT payload FROM webhook_inbox",
+		"CREATE TEMP TABLE scratch (id int)",
+	} {
+		_, err := conn.Exec(d.ctx, q)
+		require.NoError(t, err, q)
+	}
+	requireDenied(t, conn,
+		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload)
+			VALUES ('stripe', 'billing', 'evt_x', 'invoice.paid', false, '{}')`,
+		"DELETE FROM webhook_inbox",
+		"SELECT 1 FROM schema_migrations",
+	)
+	requireDenied(t, conn, ddl...)
+}
+
+// TestLaterMigrationsReachTheirRoles: what a later migration needs. A new
+// table is the worker's at once (default privileges of the owner, who runs
+// migrations); a new column of webhook_inbox is insertable by the webhook
+// after the deploy step's Grant, which every deploy runs after the
+// migrations and before the functions are updated. The webhook and the
+// purge get nothing on the new table.
+func TestLaterMigrationsReachTheirRoles(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
+	d.deploy(t)
+
+	all, err := migrate.All()
+	require.NoError(t, err)
+	later, err := migrate.Load(fstest.MapFS{"9001_later.sql": {Data: []byte(`
+		CREATE TABLE later_charge_links (charge_id text PRIMARY KEY, invoice_id text NOT NULL, id bigint GENERATED ALWAYS AS IDENTITY);
+		ALTER TABLE webhook_inbox ADD COLUMN later_raw bytea;`)}})
+	require.NoError(t, err)
+	master := d.connectAs(t, d.master)
+	// As the deploy step runs migrations: SET ROLE to the owner.
+	_, err = master.Exec(d.ctx, "SET ROLE "+d.roles.Owner)
+	require.NoError(t, err)
+	_, err = migrate.Apply(d.ctx, master, append(all, later...))
+	require.NoError(t, err)
+	_, err = master.Exec(d.ctx, "RESET ROLE")
+	require.NoError(t, err)
+	requireOwnedBy(t, d, d.roles.Owner)
+
+	worker := d.connectAs(t, d.roles.Worker)
+	_, err = worker.Exec(d.ctx, "INSERT INTO later_charge_links (charge_id, invoice_id) VALUES ('ch_1', 'in_1')")
+	require.NoError(t, err, "default privileges give the worker a later migration's table")
+	webhook := d.connectAs(t, d.roles.Webhook)
+	purge := d.connectAs(t, d.roles.Purge)
+	insertRaw := `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, later_raw)
+		VALUES ('stripe', 'billing', 'evt_raw', 'invoice.paid', false, '{}', '\x00'::bytea)`
+	requireDenied(t, webhook, insertRaw)
+
+	require.NoError(t, Grant(d.ctx, master, d.roles))
+	_, err = webhook.Exec(d.ctx, insertRaw)
+	require.NoError(t, err, "after the deploy step's Grant the webhook inserts the new column")
+	requireDenied(t, webhook, "SELECT later_raw FROM webhook_inbox", "SELECT 1 FROM later_charge_links",
+		"INSERT INTO later_charge_links (charge_id, invoice_id) VALUES ('ch_2', 'in_2')")
+	requireDenied(t, purge, "SELECT 1 FROM later_charge_links", "DELETE FROM later_charge_links")
+	_, err = worker.Exec(d.ctx, "UPDATE later_charge_links SET invoice_id = 'in_2'")
+	require.NoError(t, err, "Grant keeps the worker's privileges on later tables")
+}
+
+// TestUpgradeRetiresTheSharedAppRole: a deployment of the earlier release
+// ran migrations as the master (which owns the tables) and shared one role,
+// inbox_app, between the functions. The deploy step hands the tables to the
+// owner, and strips the shared role of every privilege and of its login, so
+// that an operator can drop it.
+func TestUpgradeRetiresTheSharedAppRole(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
+	legacy := uniqueName("inbox_app_t")
+	dropRoleOnCleanup(t, d.db, legacy)
+
+	// The earlier release's deploy step, as the master.
+	master := d.connectAs(t, d.master)
+	_, err := migrate.Up(d.ctx, master)
+	require.NoError(t, err)
+	for _, q := range []string{
+		"CREATE ROLE " + legacy + " LOGIN PASSWORD '" + password1 + "'",
+		"GRANT CONNECT ON DATABASE " + pgx.Identifier{d.db.Name}.Sanitize() + " TO " + legacy,
+		"GRANT USAGE ON SCHEMA public TO " + legacy,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + legacy,
+		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO " + legacy,
+		"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO " + legacy,
+		"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO " + legacy,
+	} {
+		_, err := master.Exec(d.ctx, q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, master.Close(d.ctx))
+
+	d.roles.Retired = []string{legacy}
+	sum := d.deploy(t)
+	require.Empty(t, sum.Applied)
+	require.Subset(t, sum.Roles.Reowned, []string{"public.webhook_inbox", "public.invoices", "public.ledger_entries",
+		"public.outbox", "public.anomalies", "public.schema_migrations"})
+	require.Equal(t, []string{legacy}, sum.Roles.Retired)
+	requireOwnedBy(t, d, d.roles.Owner)
+
+	var login bool
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", legacy).Scan(&login))
+	require.False(t, login)
+	_, err = pgx.ConnectConfig(d.ctx, d.config(t, legacy))
+	requireSQLState(t, err, "28000")
+	var privileged []string
+	rows, err := d.db.Pool.Query(d.ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'S')
+		  AND (CASE c.relkind WHEN 'S' THEN has_sequence_privilege($1, c.oid, 'USAGE, SELECT, UPDATE')
+		       ELSE has_table_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') END)`, legacy)
+	require.NoError(t, err)
+	privileged, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, privileged, "the retired role keeps privileges")
+
+	// The new roles work after the upgrade.
+	require.Equal(t, inbox.Stored, receive(t, d.connectAs(t, d.roles.Webhook),
+		stripetest.Event("evt_1", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000))))
+
+	// A second deploy has nothing left to hand over, and the operator can
+	// then drop the retired role as the master.
+	sum = d.deploy(t)
+	require.Empty(t, sum.Roles.Reowned)
+	_, err = d.connectAs(t, d.master).Exec(d.ctx, "DROP ROLE "+legacy)
+	require.NoError(t, err, "nothing depends on the retired role any more")
+}
+
+func TestDeployChangesPasswordsOnRerun(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
+	d.deploy(t)
+	d.pw.Worker = password2
+	d.deploy(t)
+
+	requirePassword(t, d.db, d.roles.Worker, password2)
+	requirePassword(t, d.db, d.roles.Webhook, d.pw.Webhook)
+	salt, iterations := parseVerifier(t, storedVerifier(t, d.db, d.roles.Worker))
+	old, err := scramVerifierWithSalt("worker-Password-0123456789", salt, iterations)
+	require.NoError(t, err)
+	require.NotEqual(t, old, storedVerifier(t, d.db, d.roles.Worker))
+}
+
+func TestDeployRevokesIAMMembership(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
 	// A stand-in for rds_iam, which exists only on RDS.
 	iamRole := uniqueName("rds_iam_t")
-	_, err := b.owner.Exec(b.ctx, "CREATE ROLE "+iamRole)
+	_, err := d.db.Pool.Exec(d.ctx, "CREATE ROLE "+iamRole)
 	require.NoError(t, err)
-	dropRoleOnCleanup(t, b.db, iamRole)
+	dropRoleOnCleanup(t, d.db, iamRole)
+	deployer := d.deployer(t)
+	deployer.iamRole = iamRole
 
-	_, err = ensure(b.ctx, b.owner, b.role, password1, iamRole)
+	_, err = deployer.Run(d.ctx)
 	require.NoError(t, err)
-	_, err = b.owner.Exec(b.ctx, fmt.Sprintf("GRANT %s TO %s", iamRole, b.role))
+	_, err = d.db.Pool.Exec(d.ctx, fmt.Sprintf("GRANT %s TO %s", iamRole, d.roles.Purge))
 	require.NoError(t, err)
 
-	res, err := ensure(b.ctx, b.owner, b.role, password1, iamRole)
+	sum, err := deployer.Run(d.ctx)
 	require.NoError(t, err)
-	require.True(t, res.RevokedRDSIAM)
+	require.Contains(t, sum.Roles.Users, UserResult{Role: d.roles.Purge, RevokedRDSIAM: true})
 	var member bool
-	require.NoError(t, b.owner.QueryRow(b.ctx, "SELECT pg_has_role($1, $2, 'MEMBER')", b.role, iamRole).Scan(&member))
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT pg_has_role($1, $2, 'MEMBER')", d.roles.Purge, iamRole).Scan(&member))
 	require.False(t, member)
 }
 
-func TestEnsureRefusesRoleWithExtraAttributes(t *testing.T) {
+func TestDeployRefusesRoleWithExtraAttributes(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	_, err := b.owner.Exec(b.ctx, "CREATE ROLE "+b.role+" LOGIN CREATEDB")
+	d := newDeployment(t, pgtest.Empty(t))
+	_, err := d.db.Pool.Exec(d.ctx, "CREATE ROLE "+d.roles.Webhook+" LOGIN CREATEDB")
 	require.NoError(t, err)
 
-	_, err = Ensure(b.ctx, b.owner, b.role, password1)
+	_, err = d.deployer(t).Run(d.ctx)
 	require.ErrorIs(t, err, ErrUnsafeRole)
 	require.ErrorContains(t, err, "CREATEDB")
+	var migrated bool
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT to_regclass('public.webhook_inbox') IS NOT NULL").Scan(&migrated))
+	require.False(t, migrated, "nothing is migrated when the roles are wrong")
 }
 
-func TestEnsureRejectsBadInput(t *testing.T) {
+func TestRolesValidate(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-
+	ok := Roles{Owner: "inbox_schema_owner", Webhook: "inbox_webhook", Worker: "inbox_worker", Purge: "inbox_purge", Retired: []string{"inbox_app"}}
+	require.NoError(t, ok.Validate("inbox_owner"))
 	for _, tc := range []struct {
-		name, user, password, want string
+		name   string
+		change func(*Roles)
+		master string
+		want   string
 	}{
-		{"upper-case name", "Inbox_App", password1, "lower-case"},
-		{"quote in name", `inbox"app`, password1, "lower-case"},
-		{"reserved name", "pg_app", password1, "reserved"},
-		{"short password", b.role, "short", "16 to 256"},
-		{"password with space", b.role, "has a space in it 0123456789", "printable ASCII"},
+		{"upper-case name", func(r *Roles) { r.Webhook = "Inbox_Webhook" }, "", "lower-case"},
+		{"quote in name", func(r *Roles) { r.Worker = `inbox"worker` }, "", "lower-case"},
+		{"reserved name", func(r *Roles) { r.Purge = "pg_purge" }, "", "reserved"},
+		{"shared role", func(r *Roles) { r.Purge = r.Worker }, "", "each needs a role of its own"},
+		{"owner is the master", func(r *Roles) {}, "inbox_schema_owner", "DB_USER"},
+		{"retired is in use", func(r *Roles) { r.Retired = []string{"inbox_worker"} }, "", "retired role"},
+		{"missing", func(r *Roles) { r.Owner = "" }, "", "owner role is not set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Ensure(b.ctx, b.owner, tc.user, tc.password)
-			require.ErrorContains(t, err, tc.want)
+			r := ok
+			r.Retired = append([]string(nil), ok.Retired...)
+			tc.change(&r)
+			require.ErrorContains(t, r.Validate(tc.master), tc.want)
 		})
 	}
-}
-
-func TestEnsureRefusesTheOwnerItself(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	// The test server's owner is postgres; use a role of ours as the owner.
-	_, err := b.owner.Exec(b.ctx, "CREATE ROLE "+b.role+" LOGIN")
-	require.NoError(t, err)
-	_, err = b.owner.Exec(b.ctx, "SET ROLE "+b.role)
-	require.NoError(t, err)
-
-	_, err = Ensure(b.ctx, b.owner, b.role, password1)
-	require.ErrorContains(t, err, "must differ from the owner")
-	_, err = b.owner.Exec(b.ctx, "RESET ROLE")
-	require.NoError(t, err)
+	_, err := scramVerifier("short")
+	require.ErrorContains(t, err, "16 to 256")
+	_, err = scramVerifier("has a space in it 0123456789")
+	require.ErrorContains(t, err, "printable ASCII")
 }
 
 // TestScramVerifierMatchesPostgreSQL checks the verifier against one the
 // server computed itself from the plain password.
 func TestScramVerifierMatchesPostgreSQL(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	_, err := b.owner.Exec(b.ctx, "SET password_encryption = 'scram-sha-256'")
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	role := uniqueName("scram_t")
+	dropRoleOnCleanup(t, db, role)
+	conn := db.Connect(t)
+	_, err := conn.Exec(ctx, "SET password_encryption = 'scram-sha-256'")
 	require.NoError(t, err)
-	_, err = b.owner.Exec(b.ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", b.role, password1))
+	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", role, password1))
 	require.NoError(t, err)
 
-	requirePassword(t, b, b.role, password1)
+	requirePassword(t, db, role, password1)
 }

@@ -13,24 +13,31 @@ import (
 
 // Config is the migrate function's configuration.
 type Config struct {
-	// Database reaches PostgreSQL as the owner: the user that owns the
-	// schema and runs migrations (DB_USER, e.g. inbox_owner).
+	// Database reaches PostgreSQL as the RDS master user (DB_USER; the
+	// stack's is named inbox_owner for historical reasons), which creates
+	// the roles and SET ROLEs to the owner for migrations.
 	Database database.Config
-	// AppUser is the application role to keep in shape (APP_DB_USER,
-	// e.g. inbox_app).
-	AppUser string
-	// AppSecretARN is the Secrets Manager secret holding the application
-	// role's credentials as JSON {"username": ..., "password": ...}
-	// (APP_DB_SECRET_ARN; AWS). RDS Proxy logs in with the same secret.
-	AppSecretARN string
-	// AppPassword is the application role's password given directly
-	// (APP_DB_PASSWORD; local runs only).
-	AppPassword string
+	// Roles are the role names: SCHEMA_OWNER_ROLE, WEBHOOK_DB_USER,
+	// WORKER_DB_USER, PURGE_DB_USER, and RETIRED_DB_USERS (optional,
+	// comma-separated: roles of earlier releases to strip, e.g. inbox_app).
+	Roles Roles
+	// SecretARNs are the login roles' Secrets Manager secrets, JSON
+	// {"username": ..., "password": ...}, keyed by function
+	// (WEBHOOK_DB_SECRET_ARN, WORKER_DB_SECRET_ARN, PURGE_DB_SECRET_ARN;
+	// AWS). RDS Proxy logs in with the same secrets.
+	SecretARNs map[string]string
+	// Passwords are the passwords given directly (WEBHOOK_DB_PASSWORD,
+	// WORKER_DB_PASSWORD, PURGE_DB_PASSWORD; local runs only).
+	Passwords Passwords
 	// ConnectWait is how long to keep retrying the first connection
 	// (CONNECT_WAIT, default 4m): on a stack's first deploy the proxy's
 	// target can take minutes to become available.
 	ConnectWait time.Duration
 }
+
+// Functions are the functions with a login role of their own, in the order
+// of the variables' prefixes (WEBHOOK_, WORKER_, PURGE_).
+var Functions = []string{"webhook", "worker", "purge"}
 
 // LoadConfig reads the migrate function's configuration from env and reports
 // every mistake at once.
@@ -50,10 +57,24 @@ func LoadConfig(env func(string) string) (Config, error) {
 			MaxConns:  1,
 			AppName:   "inbox-migrate",
 		},
-		AppUser:      get("APP_DB_USER"),
-		AppSecretARN: get("APP_DB_SECRET_ARN"),
-		AppPassword:  get("APP_DB_PASSWORD"),
-		ConnectWait:  4 * time.Minute,
+		Roles: Roles{
+			Owner:   get("SCHEMA_OWNER_ROLE"),
+			Webhook: get("WEBHOOK_DB_USER"),
+			Worker:  get("WORKER_DB_USER"),
+			Purge:   get("PURGE_DB_USER"),
+		},
+		SecretARNs:  map[string]string{},
+		ConnectWait: 4 * time.Minute,
+	}
+	for _, k := range []string{"APP_DB_USER", "APP_DB_SECRET_ARN", "APP_DB_PASSWORD"} {
+		if get(k) != "" {
+			addf("%s is no longer read: each function has a role of its own (WEBHOOK_DB_USER, WORKER_DB_USER, PURGE_DB_USER, each with its _DB_SECRET_ARN or _DB_PASSWORD); list the old role in RETIRED_DB_USERS", k)
+		}
+	}
+	if raw := get("RETIRED_DB_USERS"); raw != "" {
+		for _, name := range strings.Split(raw, ",") {
+			c.Roles.Retired = append(c.Roles.Retired, strings.TrimSpace(name))
+		}
 	}
 	if raw := get("DB_PROXY_PORT"); raw != "" {
 		port, err := strconv.Atoi(raw)
@@ -66,30 +87,45 @@ func LoadConfig(env func(string) string) (Config, error) {
 	if err := c.Database.Validate(); err != nil {
 		addf("database: %v", err)
 	}
-	if c.Database.ProxyHost != "" && c.Database.User == c.AppUser {
-		addf("DB_USER=%q: migrations run as the schema owner, not as the application role APP_DB_USER", c.Database.User)
-	}
-	switch {
-	case c.AppUser == "":
-		addf("APP_DB_USER is not set: name the application role, e.g. inbox_app")
-	default:
-		if err := checkRoleName(c.AppUser); err != nil {
-			addf("APP_DB_USER: %v", err)
+	for what, name := range map[string]string{"SCHEMA_OWNER_ROLE": c.Roles.Owner, "WEBHOOK_DB_USER": c.Roles.Webhook, "WORKER_DB_USER": c.Roles.Worker, "PURGE_DB_USER": c.Roles.Purge} {
+		if name == "" {
+			addf("%s is not set: name the role, e.g. %s", what, map[string]string{
+				"SCHEMA_OWNER_ROLE": "inbox_schema_owner", "WEBHOOK_DB_USER": "inbox_webhook", "WORKER_DB_USER": "inbox_worker", "PURGE_DB_USER": "inbox_purge",
+			}[what])
 		}
 	}
-	switch {
-	case c.AppSecretARN != "" && c.AppPassword != "":
-		addf("set either APP_DB_SECRET_ARN (AWS) or APP_DB_PASSWORD (local), not both")
-	case c.AppSecretARN != "":
-		if !strings.HasPrefix(c.AppSecretARN, "arn:") || !strings.Contains(c.AppSecretARN, ":secretsmanager:") {
-			addf("APP_DB_SECRET_ARN=%q: must be a Secrets Manager ARN", c.AppSecretARN)
+	if c.Roles.Owner != "" && c.Roles.Webhook != "" && c.Roles.Worker != "" && c.Roles.Purge != "" {
+		// DB_USER may be empty locally (DATABASE_URL carries the user).
+		if err := c.Roles.Validate(c.Database.User); err != nil {
+			addf("roles: %v", err)
 		}
-	case c.AppPassword != "":
-		if err := checkPassword(c.AppPassword); err != nil {
-			addf("APP_DB_PASSWORD: %v", err)
+	}
+	for _, fn := range Functions {
+		prefix := strings.ToUpper(fn) + "_DB_"
+		arn, password := get(prefix+"SECRET_ARN"), get(prefix+"PASSWORD")
+		switch {
+		case arn != "" && password != "":
+			addf("set either %sSECRET_ARN (AWS) or %sPASSWORD (local), not both", prefix, prefix)
+		case arn != "":
+			if !strings.HasPrefix(arn, "arn:") || !strings.Contains(arn, ":secretsmanager:") {
+				addf("%sSECRET_ARN=%q: must be a Secrets Manager ARN", prefix, arn)
+			}
+			c.SecretARNs[fn] = arn
+		case password != "":
+			if err := checkPassword(password); err != nil {
+				addf("%sPASSWORD: %v", prefix, err)
+			}
+			switch fn {
+			case "webhook":
+				c.Passwords.Webhook = password
+			case "worker":
+				c.Passwords.Worker = password
+			default:
+				c.Passwords.Purge = password
+			}
+		default:
+			addf("no password for the %s's role: set %sSECRET_ARN=arn:aws:secretsmanager:... (AWS) or %sPASSWORD (local)", fn, prefix, prefix)
 		}
-	default:
-		addf("no application role password: set APP_DB_SECRET_ARN=arn:aws:secretsmanager:... (AWS) or APP_DB_PASSWORD (local)")
 	}
 	if raw := get("CONNECT_WAIT"); raw != "" {
 		d, err := time.ParseDuration(raw)
@@ -114,13 +150,13 @@ func PasswordFromSecret(text, user string) (string, error) {
 		Password string `json:"password"`
 	}
 	if err := json.Unmarshal([]byte(text), &s); err != nil {
-		return "", errors.New("the application role's secret is not JSON with username and password fields")
+		return "", fmt.Errorf("the secret of role %s is not JSON with username and password fields", user)
 	}
 	if s.Username != user {
-		return "", fmt.Errorf("the application role's secret is for user %q, but APP_DB_USER is %q", s.Username, user)
+		return "", fmt.Errorf("the secret is for user %q, but the role is %q", s.Username, user)
 	}
 	if err := checkPassword(s.Password); err != nil {
-		return "", fmt.Errorf("the application role's secret: %w", err)
+		return "", fmt.Errorf("the secret of role %s: %w", user, err)
 	}
 	return s.Password, nil
 }

@@ -11,13 +11,19 @@ const testSecretARN = "arn:aws:secretsmanager:us-east-1:000000000000:secret:app-
 
 func awsEnv(overrides map[string]string) func(string) string {
 	m := map[string]string{
-		"DB_PROXY_HOST":     "inbox.proxy-abc.us-east-1.rds.amazonaws.com",
-		"DB_PROXY_PORT":     "5432",
-		"DB_NAME":           "inbox",
-		"DB_USER":           "inbox_owner",
-		"AWS_REGION":        "us-east-1",
-		"APP_DB_USER":       "inbox_app",
-		"APP_DB_SECRET_ARN": testSecretARN,
+		"DB_PROXY_HOST":         "inbox.proxy-abc.us-east-1.rds.amazonaws.com",
+		"DB_PROXY_PORT":         "5432",
+		"DB_NAME":               "inbox",
+		"DB_USER":               "inbox_owner",
+		"AWS_REGION":            "us-east-1",
+		"SCHEMA_OWNER_ROLE":     "inbox_schema_owner",
+		"WEBHOOK_DB_USER":       "inbox_webhook",
+		"WORKER_DB_USER":        "inbox_worker",
+		"PURGE_DB_USER":         "inbox_purge",
+		"WEBHOOK_DB_SECRET_ARN": testSecretARN + "webhook",
+		"WORKER_DB_SECRET_ARN":  testSecretARN + "worker",
+		"PURGE_DB_SECRET_ARN":   testSecretARN + "purge",
+		"RETIRED_DB_USERS":      "inbox_app",
 	}
 	for k, v := range overrides {
 		if v == "" {
@@ -38,8 +44,10 @@ func TestLoadConfig(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "inbox_owner", c.Database.User)
 		require.Equal(t, 5432, c.Database.ProxyPort)
-		require.Equal(t, "inbox_app", c.AppUser)
-		require.Equal(t, testSecretARN, c.AppSecretARN)
+		require.Equal(t, Roles{Owner: "inbox_schema_owner", Webhook: "inbox_webhook", Worker: "inbox_worker", Purge: "inbox_purge",
+			Retired: []string{"inbox_app"}}, c.Roles)
+		require.Equal(t, map[string]string{"webhook": testSecretARN + "webhook", "worker": testSecretARN + "worker", "purge": testSecretARN + "purge"},
+			c.SecretARNs)
 		require.Equal(t, 4*time.Minute, c.ConnectWait)
 	})
 
@@ -47,14 +55,20 @@ func TestLoadConfig(t *testing.T) {
 		t.Parallel()
 		c, err := LoadConfig(func(k string) string {
 			return map[string]string{
-				"DATABASE_URL":    "postgres://postgres@127.0.0.1:5432/inbox?sslmode=disable",
-				"APP_DB_USER":     "inbox_app",
-				"APP_DB_PASSWORD": password1,
-				"CONNECT_WAIT":    "0s",
+				"DATABASE_URL":        "postgres://postgres@127.0.0.1:5432/inbox?sslmode=disable",
+				"SCHEMA_OWNER_ROLE":   "inbox_schema_owner",
+				"WEBHOOK_DB_USER":     "inbox_webhook",
+				"WORKER_DB_USER":      "inbox_worker",
+				"PURGE_DB_USER":       "inbox_purge",
+				"WEBHOOK_DB_PASSWORD": password1,
+				"WORKER_DB_PASSWORD":  password2,
+				"PURGE_DB_PASSWORD":   password1,
+				"CONNECT_WAIT":        "0s",
 			}[k]
 		})
 		require.NoError(t, err)
-		require.Equal(t, password1, c.AppPassword)
+		require.Equal(t, Passwords{Webhook: password1, Worker: password2, Purge: password1}, c.Passwords)
+		require.Empty(t, c.SecretARNs)
 		require.Zero(t, c.ConnectWait)
 	})
 
@@ -63,13 +77,16 @@ func TestLoadConfig(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{"nothing set", map[string]string{"DB_PROXY_HOST": "", "APP_DB_USER": "", "APP_DB_SECRET_ARN": ""},
-			[]string{"DATABASE_URL", "APP_DB_USER is not set", "APP_DB_SECRET_ARN"}},
-		{"owner is the app role", map[string]string{"DB_USER": "inbox_app"}, []string{"schema owner"}},
+		{"nothing set", map[string]string{"DB_PROXY_HOST": "", "WEBHOOK_DB_USER": "", "WORKER_DB_SECRET_ARN": "", "SCHEMA_OWNER_ROLE": ""},
+			[]string{"DATABASE_URL", "WEBHOOK_DB_USER is not set", "SCHEMA_OWNER_ROLE is not set", "WORKER_DB_SECRET_ARN"}},
+		{"master is a function's role", map[string]string{"DB_USER": "inbox_worker"}, []string{"DB_USER", "each needs a role of its own"}},
+		{"two functions share a role", map[string]string{"PURGE_DB_USER": "inbox_worker"}, []string{"each needs a role of its own"}},
+		{"retired role in use", map[string]string{"RETIRED_DB_USERS": "inbox_app,inbox_webhook"}, []string{"retired role"}},
 		{"bad port", map[string]string{"DB_PROXY_PORT": "99999"}, []string{"DB_PROXY_PORT"}},
-		{"not an ARN", map[string]string{"APP_DB_SECRET_ARN": "inbox/app"}, []string{"Secrets Manager ARN"}},
-		{"both password sources", map[string]string{"APP_DB_PASSWORD": password1}, []string{"not both"}},
-		{"bad role", map[string]string{"APP_DB_USER": "Inbox"}, []string{"APP_DB_USER"}},
+		{"not an ARN", map[string]string{"PURGE_DB_SECRET_ARN": "inbox/purge"}, []string{"PURGE_DB_SECRET_ARN", "Secrets Manager ARN"}},
+		{"both password sources", map[string]string{"WEBHOOK_DB_PASSWORD": password1}, []string{"WEBHOOK_DB_", "not both"}},
+		{"bad role", map[string]string{"WORKER_DB_USER": "Inbox"}, []string{"lower-case"}},
+		{"the earlier release's variables", map[string]string{"APP_DB_USER": "inbox_app"}, []string{"APP_DB_USER is no longer read", "RETIRED_DB_USERS"}},
 		{"bad wait", map[string]string{"CONNECT_WAIT": "forever"}, []string{"CONNECT_WAIT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,18 +103,18 @@ func TestLoadConfig(t *testing.T) {
 func TestPasswordFromSecret(t *testing.T) {
 	t.Parallel()
 
-	pw, err := PasswordFromSecret(`{"username":"inbox_app","password":"`+password1+`","engine":"postgres"}`, "inbox_app")
+	pw, err := PasswordFromSecret(`{"username":"inbox_webhook","password":"`+password1+`","engine":"postgres"}`, "inbox_webhook")
 	require.NoError(t, err)
 	require.Equal(t, password1, pw)
 
 	for _, tc := range []struct{ name, text, want string }{
 		{"not JSON", "whsec_x", "not JSON"},
 		{"other user", `{"username":"inbox_owner","password":"` + password1 + `"}`, `for user "inbox_owner"`},
-		{"no password", `{"username":"inbox_app"}`, "16 to 256"},
+		{"no password", `{"username":"inbox_webhook"}`, "16 to 256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := PasswordFromSecret(tc.text, "inbox_app")
+			_, err := PasswordFromSecret(tc.text, "inbox_webhook")
 			require.ErrorContains(t, err, tc.want)
 			require.NotContains(t, err.Error(), password1)
 		})

@@ -57,31 +57,36 @@ func Connect(ctx context.Context, c database.Config, creds aws.CredentialsProvid
 type Summary struct {
 	Applied []string `json:"applied"`
 	Current string   `json:"current"`
-	AppRole Result   `json:"app_role"`
+	Roles   Result   `json:"roles"`
 }
 
-// Deployer is the deploy-time database step: apply the migrations, then keep
-// the application role in shape. Any failure is returned, so the CDK trigger
-// that invokes it (and with it the deploy) fails before new code serves.
+// Deployer is the deploy-time database step, run as the RDS master user:
+// the roles (Prepare), then the migrations as the owner role, then each
+// login role's privileges (Grant). Any failure is returned, so the CDK
+// trigger that invokes it (and with it the deploy) fails before new code
+// serves.
 type Deployer struct {
-	// Connect opens a dedicated connection as the owner.
+	// Connect opens a dedicated connection as the master user.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// AppPassword returns the application role's password.
-	AppPassword func(ctx context.Context) (string, error)
-	AppUser     string
+	// Passwords returns the login roles' passwords.
+	Passwords func(ctx context.Context) (Passwords, error)
+	Roles     Roles
 	// ConnectWait bounds the retries of the first connection.
 	ConnectWait time.Duration
 	// RetryEvery is the pause between connection attempts (default 5s).
 	RetryEvery time.Duration
 	Logger     *slog.Logger
+
+	// iamRole stands in for rds_iam in tests (default RDSIAMRole).
+	iamRole string
 }
 
 // Run performs the step once.
 func (d *Deployer) Run(ctx context.Context) (Summary, error) {
 	var sum Summary
-	password, err := d.AppPassword(ctx)
+	pw, err := d.Passwords(ctx)
 	if err != nil {
-		return sum, fmt.Errorf("reading the application role's password: %w", err)
+		return sum, fmt.Errorf("reading the database roles' passwords: %w", err)
 	}
 	conn, err := d.connect(ctx)
 	if err != nil {
@@ -89,6 +94,23 @@ func (d *Deployer) Run(ctx context.Context) (Summary, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
+	iamRole := d.iamRole
+	if iamRole == "" {
+		iamRole = RDSIAMRole
+	}
+	roles, err := prepare(ctx, conn, d.Roles, pw, iamRole)
+	sum.Roles = roles
+	if err != nil {
+		return sum, fmt.Errorf("preparing the database roles: %w", err)
+	}
+	d.Logger.Info("database roles prepared", "owner", roles.Owner, "owner_created", roles.OwnerCreated,
+		"reowned", roles.Reowned, "users", roles.Users, "retired", roles.Retired)
+
+	// Migrations run as the owner, so the objects they create are its.
+	owner := pgx.Identifier{d.Roles.Owner}.Sanitize()
+	if _, err := conn.Exec(ctx, "SET ROLE "+owner); err != nil {
+		return sum, fmt.Errorf("becoming the owner %s for the migrations: %w", d.Roles.Owner, err)
+	}
 	res, err := migrate.Up(ctx, conn)
 	if err != nil {
 		return sum, fmt.Errorf("migrating: %w", err)
@@ -97,14 +119,15 @@ func (d *Deployer) Run(ctx context.Context) (Summary, error) {
 	if sum.Applied == nil {
 		sum.Applied = []string{}
 	}
-	d.Logger.Info("migrations applied", "applied", sum.Applied, "current", sum.Current)
-
-	role, err := Ensure(ctx, conn, d.AppUser, password)
-	sum.AppRole = role
-	if err != nil {
-		return sum, fmt.Errorf("ensuring the application role: %w", err)
+	if _, err := conn.Exec(ctx, "RESET ROLE"); err != nil {
+		return sum, fmt.Errorf("leaving the owner role: %w", err)
 	}
-	d.Logger.Info("application role ensured", "role", role.Role, "created", role.Created, "revoked_rds_iam", role.RevokedRDSIAM)
+	d.Logger.Info("migrations applied", "applied", sum.Applied, "current", sum.Current, "as", d.Roles.Owner)
+
+	if err := Grant(ctx, conn, d.Roles); err != nil {
+		return sum, fmt.Errorf("granting the functions' privileges: %w", err)
+	}
+	d.Logger.Info("privileges granted", "webhook", d.Roles.Webhook, "worker", d.Roles.Worker, "purge", d.Roles.Purge)
 	return sum, nil
 }
 

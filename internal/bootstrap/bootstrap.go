@@ -90,7 +90,10 @@ func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out 
 		}
 		fetch = secrets.SecretsManager(secretsmanager.NewFromConfig(cfg))
 	}
-	keyring, err := secrets.NewKeyring(ctx, c.Endpoints, fetch, secrets.Options{TTL: c.SecretTTL, Logger: logger})
+	em := Metrics(out, c.Common)
+	keyring, err := secrets.NewKeyring(ctx, c.Endpoints, fetch, secrets.Options{
+		TTL: c.SecretTTL, FetchTimeout: c.SecretFetchTimeout, Logger: logger, Metrics: em,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +101,7 @@ func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out 
 	if err != nil {
 		return nil, err
 	}
-	h := webhook.New(keyring, pool, logger, Metrics(out, c.Common), c.Handler)
+	h := webhook.New(keyring, pool, logger, em, c.Handler)
 	return &Webhook{Handler: h, Pool: pool, Keyring: keyring}, nil
 }
 

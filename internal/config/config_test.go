@@ -26,6 +26,7 @@ func TestWebhookLocal(t *testing.T) {
 	require.Equal(t, map[string]string{"connect": "whsec_a,whsec_b"}, c.Endpoints)
 	require.False(t, c.FromSecretsManager)
 	require.Equal(t, 5*time.Minute, c.SecretTTL)
+	require.Equal(t, 2*time.Second, c.SecretFetchTimeout)
 	require.Equal(t, 1<<20, c.Handler.MaxBodyBytes)
 	require.EqualValues(t, 2, c.Database.MaxConns)
 	require.False(t, c.Database.PreparedStatements, "the webhook must not pin RDS Proxy sessions")
@@ -46,6 +47,9 @@ func TestWebhookAWS(t *testing.T) {
 	require.Equal(t, map[string]string{"billing": arnB, "connect": arnC}, c.Endpoints)
 	require.Equal(t, 5432, c.Database.ProxyPort)
 	require.Equal(t, map[string]string{"Service": "webhook", "Stage": "prod"}, c.MetricsDimensions)
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "750ms"))
+	require.NoError(t, err)
+	require.Equal(t, 750*time.Millisecond, c.SecretFetchTimeout)
 }
 
 func TestWebhookErrorsSayWhatToFix(t *testing.T) {
@@ -70,6 +74,12 @@ func TestWebhookErrorsSayWhatToFix(t *testing.T) {
 		"bad url":            {env("DATABASE_URL", "postgres://%zz", "STRIPE_WEBHOOK_SECRET", "whsec_a"), []string{"DATABASE_URL cannot be parsed"}},
 		"bad numbers": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "MAX_BODY_BYTES", "10", "SECRET_TTL", "forever", "DB_MAX_CONNS", "0"),
 			[]string{"MAX_BODY_BYTES=\"10\"", "SECRET_TTL=\"forever\"", "DB_MAX_CONNS=\"0\""}},
+		"fetch timeout not a duration": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "2"),
+			[]string{`SECRET_FETCH_TIMEOUT="2": must be a duration such as 30s or 5m, from 100ms to 5s (default 2s)`}},
+		"fetch timeout too long": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "30s"),
+			[]string{`SECRET_FETCH_TIMEOUT="30s": must be a duration`}},
+		"fetch timeout too short": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "SECRET_FETCH_TIMEOUT", "1ms"),
+			[]string{`SECRET_FETCH_TIMEOUT="1ms": must be a duration`}},
 		"bad dimensions": {env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_DIMENSIONS", "Stage"), []string{"METRICS_DIMENSIONS"}},
 	}
 	for name, tc := range cases {
@@ -86,8 +96,9 @@ func TestWebhookErrorsSayWhatToFix(t *testing.T) {
 
 func TestWorker(t *testing.T) {
 	t.Parallel()
-	c, err := config.LoadWorker(env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "8"))
+	c, err := config.LoadWorker(env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "8", "STRIPE_MODE", "live"))
 	require.NoError(t, err)
+	require.Equal(t, "live", c.Worker.Mode)
 	require.Equal(t, 8, c.Worker.Concurrency)
 	require.EqualValues(t, 9, c.Database.MaxConns, "one connection per drainer plus one")
 	require.True(t, c.Database.PreparedStatements, "the worker caches its statements")
@@ -100,13 +111,15 @@ func TestWorkerErrorsSayWhatToFix(t *testing.T) {
 		env  config.Env
 		want string
 	}{
-		"lease shorter than statement timeout": {env("DATABASE_URL", localDB, "LEASE", "10s", "STATEMENT_TIMEOUT", "30s"), "LEASE=10s must be longer than STATEMENT_TIMEOUT=30s"},
+		"lease shorter than statement timeout": {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "LEASE", "10s", "STATEMENT_TIMEOUT", "30s"), "LEASE=10s must be longer than STATEMENT_TIMEOUT=30s"},
 		"lease shorter than a claim's work":    {env("DATABASE_URL", localDB, "LEASE", "1m", "STATEMENT_TIMEOUT", "30s", "CLAIM_LIMIT", "4"), "CLAIM_LIMIT x STATEMENT_TIMEOUT"},
 		"margin too short":                     {env("DATABASE_URL", localDB, "DEADLINE_MARGIN", "1s"), "DEADLINE_MARGIN=1s must be longer than STATEMENT_TIMEOUT=2s"},
 		"too few connections":                  {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "4", "DB_MAX_CONNS", "2"), "WORKER_CONCURRENCY+1 = 5"},
 		"bad concurrency":                      {env("DATABASE_URL", localDB, "WORKER_CONCURRENCY", "0"), "WORKER_CONCURRENCY=\"0\""},
 		"backoff":                              {env("DATABASE_URL", localDB, "BACKOFF_BASE", "10m", "BACKOFF_CAP", "1m"), "need 0 < base <= cap"},
 		"batch past the subtransaction cache":  {env("DATABASE_URL", localDB, "LEASE", "10m", "CLAIM_LIMIT", "100", "BATCH_SIZE", "65"), "BATCH_SIZE=65: must be at most 64"},
+		"no stripe mode":                       {env("DATABASE_URL", localDB), `STRIPE_MODE is required: set it to "live" on the stage that books real money (prod) or "test" on every other stage`},
+		"other stripe mode":                    {env("DATABASE_URL", localDB, "STRIPE_MODE", "production"), `STRIPE_MODE="production": must be "live" (the stage that books real money, prod) or "test"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -122,6 +135,12 @@ func TestLocal(t *testing.T) {
 	c, err := config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:8080", c.ListenAddr)
+	require.Equal(t, "test", c.Worker.Worker.Mode, "the local runner books test mode unless told otherwise")
+	c, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "STRIPE_MODE", "live"))
+	require.NoError(t, err)
+	require.Equal(t, "live", c.Worker.Worker.Mode)
+	_, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "STRIPE_MODE", "Live"))
+	require.ErrorContains(t, err, `STRIPE_MODE="Live"`)
 	_, err = config.LoadLocal(env("STRIPE_WEBHOOK_SECRET", "whsec_a"))
 	require.ErrorContains(t, err, "DATABASE_URL is required locally")
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
 // Local is the local runner's configuration: which parts to run, the
@@ -31,7 +33,8 @@ var LocalComponents = []string{"webhook", "worker", "purge"}
 // LISTEN_ADDR (default 127.0.0.1:8080), WORKER_INTERVAL (default 2s: the
 // local stand-in for the one-minute schedule), WORKER_TIMEOUT (default 60s:
 // the stand-in for the Lambda timeout), PURGE_INTERVAL (default 1m: the
-// stand-in for the daily schedule) and PURGE_TIMEOUT (default 60s), plus the
+// stand-in for the daily schedule), PURGE_TIMEOUT (default 60s) and
+// STRIPE_MODE (default test: the mode the local worker books), plus the
 // variables of each component it runs. DATABASE_URL is required. Locally one
 // environment feeds every component, so DEADLINE_MARGIN is shared by the
 // worker and the purge.
@@ -67,7 +70,14 @@ func LoadLocal(env Env) (Local, error) {
 		}
 	}
 	if l.Runs("worker") {
-		if l.Worker, err = LoadWorker(env); err != nil {
+		// Locally the worker books test mode unless STRIPE_MODE says otherwise.
+		wenv := func(k string) string {
+			if v := env(k); k != "STRIPE_MODE" || strings.TrimSpace(v) != "" {
+				return v
+			}
+			return worker.ModeTest
+		}
+		if l.Worker, err = LoadWorker(wenv); err != nil {
 			p.addf("%v", err)
 		}
 		if l.Worker.Worker.DeadlineMargin >= l.WorkerTimeout {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"time"
 
 	"github.com/stripe-inbox/inbox/internal/worker"
@@ -12,12 +13,19 @@ type Worker struct {
 	Worker worker.Config
 }
 
-// LoadWorker reads WORKER_CONCURRENCY, MAX_ATTEMPTS, LEASE, STATEMENT_TIMEOUT,
-// DEADLINE_MARGIN, CLAIM_LIMIT, BATCH_SIZE, BACKOFF_BASE and BACKOFF_CAP, and the
-// database settings. The pool gets one connection per drainer plus one.
+// LoadWorker reads STRIPE_MODE (required: live or test), WORKER_CONCURRENCY,
+// MAX_ATTEMPTS, LEASE, STATEMENT_TIMEOUT, DEADLINE_MARGIN, CLAIM_LIMIT,
+// BATCH_SIZE, BACKOFF_BASE and BACKOFF_CAP, and the database settings. The pool gets one connection per drainer plus one.
 func LoadWorker(env Env) (Worker, error) {
 	var p problems
-	wc := worker.Config{}
+	wc := worker.Config{Mode: strings.TrimSpace(env("STRIPE_MODE"))}
+	switch wc.Mode {
+	case worker.ModeLive, worker.ModeTest:
+	case "":
+		p.addf("STRIPE_MODE is required: set it to %q on the stage that books real money (prod) or %q on every other stage; events of the other mode are stored and marked ignored_other_mode, never booked", worker.ModeLive, worker.ModeTest)
+	default:
+		p.addf("STRIPE_MODE=%q: must be %q (the stage that books real money, prod) or %q (every other stage)", wc.Mode, worker.ModeLive, worker.ModeTest)
+	}
 	wc.Concurrency = p.integer(env, "WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, 64)
 	wc.MaxAttempts = p.integer(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts, 1, 1000)
 	wc.ClaimLimit = p.integer(env, "CLAIM_LIMIT", worker.DefaultClaimLimit, 1, 1000)
@@ -32,7 +40,11 @@ func LoadWorker(env Env) (Worker, error) {
 	if int(w.Database.MaxConns) < wc.Concurrency+1 {
 		p.addf("DB_MAX_CONNS=%d: the worker needs one connection per drainer plus one (WORKER_CONCURRENCY+1 = %d)", w.Database.MaxConns, wc.Concurrency+1)
 	}
-	if err := wc.Validate(); err != nil {
+	v := wc
+	if v.Mode != worker.ModeLive && v.Mode != worker.ModeTest {
+		v.Mode = worker.ModeTest // reported above; check the rest
+	}
+	if err := v.Validate(); err != nil {
 		p.addf("%v", err)
 	}
 	return w, p.err()

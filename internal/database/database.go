@@ -17,6 +17,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// The pool's connection bounds. MaxConnIdleTime is also the RDS Proxy's idle
+// client timeout (infra/stack): a Lambda instance frozen between invocations
+// cannot close its idle connections itself, so the proxy does, after the same
+// time. MaxConnLifetime bounds a connection's age while the process runs (a
+// connection outlives its 15-minute IAM token; this renews it now and then).
+const (
+	MaxConnLifetime = 30 * time.Minute
+	MaxConnIdleTime = 5 * time.Minute
+)
+
 // Config says how to reach PostgreSQL. Exactly one of URL and ProxyHost is set.
 type Config struct {
 	// URL is a libpq-style URL or DSN (DATABASE_URL). Local runs and tests.
@@ -87,8 +97,8 @@ func Open(ctx context.Context, c Config, creds aws.CredentialsProvider) (*pgxpoo
 	}
 	cfg.MaxConns = c.MaxConns
 	cfg.MinConns = 0
-	cfg.MaxConnLifetime = 30 * time.Minute
-	cfg.MaxConnIdleTime = 5 * time.Minute
+	cfg.MaxConnLifetime = MaxConnLifetime
+	cfg.MaxConnIdleTime = MaxConnIdleTime
 	if c.AppName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = c.AppName
 	}

@@ -6,8 +6,13 @@
 // with the update that marks the receipt processed, so an effect and its
 // receipt commit or roll back as one. Handlers must be correct when the same
 // fact arrives twice (redelivery, or two Event objects), concurrently, and in
-// any order. They never order events by their `created` timestamp: Stripe
-// records it in seconds and says not to use it for ordering.
+// any order. State changes never depend on an event's `created` timestamp:
+// Stripe records it in seconds and says not to use it for ordering. Only an
+// invoice's descriptive fields (customer, currency, amount_due) follow the
+// newest snapshot by `created`, ties broken by status rank (see
+// upsertInvoice). Money is booked only for events of the mode the deployment
+// books (the worker filters on Event.Livemode), and refunds only once they
+// have succeeded (see refunds.go).
 package handlers
 
 import (
@@ -38,6 +43,8 @@ type Event struct {
 	Type     string
 	Endpoint string
 	Payload  []byte // the verified Stripe event JSON
+	Livemode bool   // the event's livemode; the worker hands a handler only events of the mode it books
+	Account  string // the connected account (acct_...) of a Connect event, "" for the platform's own
 }
 
 // Outcome says what a handler did.
@@ -49,6 +56,10 @@ const (
 	Applied Outcome = "applied"
 	// Ignored: the event type has no handler.
 	Ignored Outcome = "ignored"
+	// IgnoredOtherMode: the event is of the other Stripe mode than the one
+	// the deployment books (say a connected account's test-mode event on a
+	// live endpoint). The worker sets it without calling a handler.
+	IgnoredOtherMode Outcome = "ignored_other_mode"
 )
 
 // Result is what a handler reports.
@@ -76,8 +87,12 @@ func Default() Registry {
 		"invoice.paid":                 invoicePaid,
 		"invoice.voided":               invoiceVoided,
 		"invoice.marked_uncollectible": invoiceMarkedUncollectible,
+		"invoice_payment.paid":         invoicePaymentPaid,
 		"charge.refunded":              chargeRefunded,
-		"refund.created":               refundCreated,
+		"refund.created":               refundChanged,
+		"refund.updated":               refundChanged,
+		"refund.failed":                refundChanged,
+		"charge.refund.updated":        refundChanged,
 	}
 }
 

@@ -3,10 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // invoice is the part of a Stripe Invoice the handlers read.
@@ -16,11 +13,31 @@ type invoice struct {
 	Currency   string  `json:"currency"`
 	AmountDue  int64   `json:"amount_due"`
 	AmountPaid int64   `json:"amount_paid"`
+	// The payment, on API versions before 2025-03-31.basil: a charge id or
+	// an expanded Charge.
+	Charge any `json:"charge"`
+	// The payments, from 2025-03-31.basil on, when the payload includes
+	// them: each names a charge or a PaymentIntent.
+	Payments *struct {
+		Data []invoicePayment `json:"data"`
+	} `json:"payments"`
+
+	created int64 // the event's created: when Stripe took this snapshot
+}
+
+// invoicePayment is the part of a Stripe InvoicePayment the handlers read.
+type invoicePayment struct {
+	Invoice any `json:"invoice"` // an id or an expanded Invoice
+	Payment struct {
+		Charge        any `json:"charge"`
+		PaymentIntent any `json:"payment_intent"`
+	} `json:"payment"`
 }
 
 func parseInvoice(ev Event) (invoice, error) {
 	var env struct {
-		Data struct {
+		Created int64 `json:"created"`
+		Data    struct {
 			Object invoice `json:"object"`
 		} `json:"data"`
 	}
@@ -31,6 +48,7 @@ func parseInvoice(ev Event) (invoice, error) {
 	if inv.ID == "" {
 		return invoice{}, fmt.Errorf("%w: data.object.id", ErrBadPayload)
 	}
+	inv.created = env.Created
 	return inv, nil
 }
 
@@ -41,6 +59,21 @@ func (inv invoice) customer() string {
 	return *inv.Customer
 }
 
+// payments returns the charges and PaymentIntents the invoice names, sorted.
+func (inv invoice) payments() []string {
+	ids := []string{idOf(inv.Charge)}
+	if inv.Payments != nil {
+		for _, p := range inv.Payments.Data {
+			ids = append(ids, idOf(p.Payment.Charge), idOf(p.Payment.PaymentIntent))
+		}
+	}
+	return paymentIDs(ids...)
+}
+
+// statusRank orders invoice snapshots of the same created second: a later
+// status in the lifecycle is the newer snapshot.
+var statusRank = map[string]int16{"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
+
 // The states each target may replace (see queries.go).
 var (
 	fromForOpen          = []string{"draft"}
@@ -49,9 +82,34 @@ var (
 	fromForUncollectible = []string{"draft", "open"}
 )
 
-func transition(ctx context.Context, tx DB, inv invoice, target string, from []string) error {
-	if _, err := tx.Exec(ctx, upsertInvoice, inv.ID, inv.customer(), target, nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, from); err != nil {
+func transition(ctx context.Context, tx DB, ev Event, inv invoice, target string, from []string) error {
+	if _, err := tx.Exec(ctx, upsertInvoice, inv.ID, inv.customer(), target, nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, from,
+		inv.created, statusRank[target], ev.ID); err != nil {
 		return fmt.Errorf("moving invoice %s to %s: %w", inv.ID, target, err)
+	}
+	return link(ctx, tx, inv.ID, inv.payments())
+}
+
+// link records that payments paid invoiceID and, when a refund of one of
+// them was booked before the link was known, moves its entries to the
+// invoice.
+func link(ctx context.Context, tx DB, invoiceID string, payments []string) error {
+	if len(payments) == 0 {
+		return nil
+	}
+	var move bool
+	if err := tx.QueryRow(ctx, linkPayments, invoiceID, payments).Scan(&move); err != nil {
+		return fmt.Errorf("linking payments %v to invoice %s: %w", payments, invoiceID, err)
+	}
+	if move {
+		return moveRefunds(ctx, tx, invoiceID, payments)
+	}
+	return nil
+}
+
+func moveRefunds(ctx context.Context, tx DB, invoiceID string, payments []string) error {
+	if _, err := tx.Exec(ctx, moveRefundEntries, invoiceID, payments); err != nil {
+		return fmt.Errorf("moving refunds of %v to invoice %s: %w", payments, invoiceID, err)
 	}
 	return nil
 }
@@ -63,7 +121,7 @@ func invoiceCreated(ctx context.Context, tx DB, ev Event) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: Applied}, transition(ctx, tx, inv, "draft", nil)
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "draft", nil)
 }
 
 // invoice.finalized: draft -> open, or create it open.
@@ -72,7 +130,7 @@ func invoiceFinalized(ctx context.Context, tx DB, ev Event) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: Applied}, transition(ctx, tx, inv, "open", fromForOpen)
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "open", fromForOpen)
 }
 
 // invoice.voided: to void unless already paid (never un-pay).
@@ -81,7 +139,7 @@ func invoiceVoided(ctx context.Context, tx DB, ev Event) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: Applied}, transition(ctx, tx, inv, "void", fromForVoid)
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "void", fromForVoid)
 }
 
 // invoice.marked_uncollectible: open -> uncollectible; never from paid or void.
@@ -90,7 +148,7 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: Applied}, transition(ctx, tx, inv, "uncollectible", fromForUncollectible)
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "uncollectible", fromForUncollectible)
 }
 
 // invoice.paid: move to paid unless void, then book the payment once per
@@ -99,8 +157,10 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event) (Result, e
 // on a void invoice books nothing and raises an anomaly.
 //
 // The common cases (the invoice moves to paid, or it was already paid) take
-// one statement; a payment on a void invoice takes a second one to record
-// the anomaly.
+// one statement, which also records the invoice's payment links; a payment
+// on a void invoice takes a second one to record the anomaly, and a link to
+// a payment whose refunds were booked before it was known takes a second
+// one to move them to the invoice.
 func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 	inv, err := parseInvoice(ev)
 	if err != nil {
@@ -110,26 +170,35 @@ func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 		"invoice_id": inv.ID, "customer_id": inv.customer(), "amount": inv.AmountPaid, "currency": inv.Currency, "event_id": ev.ID,
 	})
 	var (
-		moved bool
-		seen  *string
+		now, seen *string
+		move      bool
 	)
+	payments := inv.payments()
 	err = tx.QueryRow(ctx, payInvoice, inv.ID, inv.customer(), "paid", nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, fromForPaid,
-		ev.ID, "InvoicePaymentBooked", string(payload)).Scan(&moved, &seen)
+		inv.created, statusRank["paid"], ev.ID, "InvoicePaymentBooked", string(payload), payments).Scan(&now, &seen, &move)
 	if err != nil {
 		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID, err)
 	}
-	if moved {
-		return Result{Outcome: Applied}, nil
+	if move {
+		if err := moveRefunds(ctx, tx, inv.ID, payments); err != nil {
+			return Result{}, err
+		}
 	}
 	var status string
-	if seen != nil && (*seen == "paid" || *seen == "void") {
+	switch {
+	case now != nil:
+		status = *now // this statement changed the row: the latest version
+	case seen != nil && (*seen == "paid" || *seen == "void"):
 		status = *seen // final: the latest version has it too
-	} else if err := tx.QueryRow(ctx, invoiceStatus, inv.ID).Scan(&status); err != nil {
-		return Result{}, fmt.Errorf("reading the status of invoice %s: %w", inv.ID, err)
+	default:
+		if err := tx.QueryRow(ctx, invoiceStatus, inv.ID).Scan(&status); err != nil {
+			return Result{}, fmt.Errorf("reading the status of invoice %s: %w", inv.ID, err)
+		}
 	}
 	if status == "paid" {
-		// Paid by another event (a second Event object for the same
-		// payment), which booked it in the same transaction.
+		// Moved to paid and booked by this statement, or paid by another
+		// event (a second Event object for the same payment), which booked
+		// it in the same transaction.
 		return Result{Outcome: Applied}, nil
 	}
 	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid, "currency": inv.Currency})
@@ -137,19 +206,6 @@ func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID, err)
 	}
 	return Result{Outcome: Applied, Anomaly: true}, nil
-}
-
-// book inserts a ledger entry and reports whether it is new.
-func book(ctx context.Context, tx DB, invoiceID, kind string, amount int64, currency, eventID string) (bool, error) {
-	var id int64
-	err := tx.QueryRow(ctx, bookLedgerEntry, invoiceID, kind, amount, nullIfEmpty(currency), eventID).Scan(&id)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("booking %s for %s: %w", kind, invoiceID, err)
-	}
-	return true, nil
 }
 
 func nullIfEmpty(s string) *string {

@@ -8,20 +8,56 @@ import (
 	"strings"
 )
 
+// Refunds are booked only once they have succeeded, and reversed once if
+// they fail after that.
+//
+// Every event that shows a refund (refund.created, refund.updated,
+// refund.failed, the older charge.refund.updated, and each refund listed by
+// charge.refunded, which lists failed and canceled ones too) is an
+// observation of its status. The refunds table merges them in a way that
+// does not depend on their order: the highest-ranked status seen (pending,
+// requires_action < succeeded < failed, canceled; a refund never goes back),
+// and whether any of them showed it succeeded. The ledger entries are a
+// function of that row:
+//
+//	'refund:<id>'          -amount   if some event showed it succeeded
+//	'refund_reversal:<id>' +amount   if so, and its highest status is failed or canceled
+//
+// That is the choice for a refund that went succeeded -> failed: it is
+// booked and reversed (two entries, net zero) whether the succeeded or the
+// failed event is processed first, so the same events give the same rows in
+// any order. (Basing the entries on the highest status alone would leave no
+// entries when the failure comes first and two when it comes last.) A refund
+// that went pending -> failed, or pending -> canceled, books nothing. The
+// original entry is never updated: a failure adds its own entry, under its
+// own unique key.
+//
+// A refund is booked against the invoice its charge (or PaymentIntent) paid
+// when that link is known (payment_links), and against the charge until
+// then; the event that records the link later moves the refund's entries to
+// the invoice (moveRefundEntries), so a refund always ends attributed to its
+// invoice, whatever order the events come in.
+
 // refund is the part of a Stripe Refund the handlers read.
 type refund struct {
-	ID       string `json:"id"`
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-	Charge   any    `json:"charge"` // an id, or an expanded Charge
+	ID            string `json:"id"`
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	Charge        any    `json:"charge"`         // an id, or an expanded Charge
+	PaymentIntent any    `json:"payment_intent"` // an id, an expanded PaymentIntent, or null
+	Status        string `json:"status"`
 }
+
+// refundStatuses are the statuses Stripe documents for a refund.
+var refundStatuses = []string{"pending", "requires_action", "succeeded", "failed", "canceled"}
 
 // charge is the part of a Stripe Charge the handlers read.
 type charge struct {
-	ID       string `json:"id"`
-	Invoice  any    `json:"invoice"` // an id, an expanded Invoice, or absent (newer API versions)
-	Currency string `json:"currency"`
-	Refunds  *struct {
+	ID            string `json:"id"`
+	Invoice       any    `json:"invoice"` // an id, an expanded Invoice, or absent (2025-03-31.basil and later)
+	PaymentIntent any    `json:"payment_intent"`
+	Currency      string `json:"currency"`
+	Refunds       *struct {
 		Data []refund `json:"data"`
 	} `json:"refunds"`
 }
@@ -40,13 +76,21 @@ func idOf(v any) string {
 	return ""
 }
 
-// charge.refunded: book each refund in the charge's refund list once, keyed
-// by the refund id, as a negative entry against the charge's invoice (or the
-// charge itself when it has no invoice).
+// paymentIDs returns the non-empty ids, sorted and without duplicates.
+func paymentIDs(ids ...string) []string {
+	ids = slices.DeleteFunc(ids, func(s string) bool { return s == "" })
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// charge.refunded: record the charge's invoice when the charge names it
+// (API versions before 2025-03-31.basil), then apply each refund in the
+// charge's refund list, whatever its status (see applyRefundTo).
 //
 // Since API version 2022-11-15 a charge no longer carries its refunds unless
 // expanded. Such an event books nothing here; subscribe the endpoint to
-// refund.created as well, which carries each refund (see README).
+// refund.created, refund.updated and refund.failed as well, which carry each
+// refund (see README).
 func chargeRefunded(ctx context.Context, tx DB, ev Event) (Result, error) {
 	var env struct {
 		Data struct {
@@ -60,35 +104,43 @@ func chargeRefunded(ctx context.Context, tx DB, ev Event) (Result, error) {
 	if ch.ID == "" {
 		return Result{}, fmt.Errorf("%w: data.object.id", ErrBadPayload)
 	}
-	if ch.Refunds == nil {
-		return Result{Outcome: Applied}, nil
+	var refunds []refund
+	if ch.Refunds != nil {
+		// In id order, so that two events listing the same refunds lock them
+		// in the same order.
+		refunds = slices.SortedFunc(slices.Values(ch.Refunds.Data), func(a, b refund) int { return strings.Compare(a.ID, b.ID) })
 	}
-	subject := idOf(ch.Invoice)
-	if subject == "" {
-		subject = ch.ID
-	}
-	// In id order, so that two events listing the same refunds lock them in
-	// the same order.
-	refunds := slices.SortedFunc(slices.Values(ch.Refunds.Data), func(a, b refund) int { return strings.Compare(a.ID, b.ID) })
 	for _, r := range refunds {
-		if r.ID == "" {
-			return Result{}, fmt.Errorf("%w: a refund without id in charge %s", ErrBadPayload, ch.ID)
+		if err := r.check(); err != nil {
+			return Result{}, fmt.Errorf("%w (in charge %s)", err, ch.ID)
 		}
-		currency := r.Currency
-		if currency == "" {
-			currency = ch.Currency
+	}
+	// The link first: applyRefund takes the link rows before the refund's.
+	if inv := idOf(ch.Invoice); inv != "" {
+		if err := link(ctx, tx, inv, paymentIDs(ch.ID, idOf(ch.PaymentIntent))); err != nil {
+			return Result{}, err
 		}
-		if _, err := book(ctx, tx, subject, "refund:"+r.ID, -r.Amount, currency, ev.ID); err != nil {
+	}
+	for _, r := range refunds {
+		if idOf(r.Charge) == "" {
+			r.Charge = ch.ID
+		}
+		if idOf(r.PaymentIntent) == "" {
+			r.PaymentIntent = ch.PaymentIntent
+		}
+		if r.Currency == "" {
+			r.Currency = ch.Currency
+		}
+		if err := applyRefundTo(ctx, tx, ev, r); err != nil {
 			return Result{}, err
 		}
 	}
 	return Result{Outcome: Applied}, nil
 }
 
-// refund.created: book the refund once, keyed by its id, against its charge.
-// The ledger's unique index on refund kinds makes this and charge.refunded
-// book a refund once between them.
-func refundCreated(ctx context.Context, tx DB, ev Event) (Result, error) {
+// refund.created, refund.updated, refund.failed and charge.refund.updated:
+// apply the refund (see applyRefundTo).
+func refundChanged(ctx context.Context, tx DB, ev Event) (Result, error) {
 	var env struct {
 		Data struct {
 			Object refund `json:"object"`
@@ -98,13 +150,59 @@ func refundCreated(ctx context.Context, tx DB, ev Event) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %v", ErrBadPayload, err)
 	}
 	r := env.Data.Object
+	if err := r.check(); err != nil {
+		return Result{}, err
+	}
+	return Result{Outcome: Applied}, applyRefundTo(ctx, tx, ev, r)
+}
+
+func (r refund) check() error {
 	if r.ID == "" {
-		return Result{}, fmt.Errorf("%w: data.object.id", ErrBadPayload)
+		return fmt.Errorf("%w: a refund without id", ErrBadPayload)
 	}
-	subject := idOf(r.Charge)
-	if subject == "" {
-		subject = r.ID
+	if !slices.Contains(refundStatuses, r.Status) {
+		return fmt.Errorf("%w: refund %s has status %q, not one of %s", ErrBadPayload, r.ID, r.Status, strings.Join(refundStatuses, ", "))
 	}
-	_, err := book(ctx, tx, subject, "refund:"+r.ID, -r.Amount, r.Currency, ev.ID)
-	return Result{Outcome: Applied}, err
+	if r.Amount <= 0 {
+		return fmt.Errorf("%w: refund %s has amount %d", ErrBadPayload, r.ID, r.Amount)
+	}
+	return nil
+}
+
+// applyRefundTo merges this observation of r into its row and books what the
+// row calls for, in one statement (applyRefund).
+func applyRefundTo(ctx context.Context, tx DB, ev Event, r refund) error {
+	ch, pi := idOf(r.Charge), idOf(r.PaymentIntent)
+	fallback := ch // until a link to the invoice is known
+	if fallback == "" {
+		fallback = pi
+	}
+	if fallback == "" {
+		fallback = r.ID
+	}
+	if _, err := tx.Exec(ctx, applyRefund, r.ID, nullIfEmpty(ch), nullIfEmpty(pi), r.Amount, nullIfEmpty(r.Currency), r.Status, ev.ID,
+		paymentIDs(ch, pi), fallback); err != nil {
+		return fmt.Errorf("applying refund %s (%s): %w", r.ID, r.Status, err)
+	}
+	return nil
+}
+
+// invoice_payment.paid (2025-03-31.basil and later): record which charge or
+// PaymentIntent paid the invoice. The payment itself is booked by
+// invoice.paid.
+func invoicePaymentPaid(ctx context.Context, tx DB, ev Event) (Result, error) {
+	var env struct {
+		Data struct {
+			Object invoicePayment `json:"object"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(ev.Payload, &env); err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrBadPayload, err)
+	}
+	p := env.Data.Object
+	inv := idOf(p.Invoice)
+	if inv == "" {
+		return Result{}, fmt.Errorf("%w: data.object.invoice", ErrBadPayload)
+	}
+	return Result{Outcome: Applied}, link(ctx, tx, inv, paymentIDs(idOf(p.Payment.Charge), idOf(p.Payment.PaymentIntent)))
 }

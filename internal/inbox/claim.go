@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,25 +45,53 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]Claimed, error) {
 	return out, nil
 }
 
+// ExplainClaim returns the plan of the claim p describes, as EXPLAIN
+// (ANALYZE, BUFFERS, FORMAT format) prints it (format TEXT or JSON), for
+// benchmarks and investigations. ANALYZE runs the claim: it does so in a
+// transaction that it rolls back.
+func ExplainClaim(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, p ClaimParams, format string) (string, error) {
+	if format != "TEXT" && format != "JSON" {
+		return "", fmt.Errorf("explaining the claim: format %q is not TEXT or JSON", format)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return "", fmt.Errorf("explaining the claim: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the claim must not stay
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") "+claimReceipts, p.Now, p.MaxAttempts, p.Limit, p.Lease.Milliseconds())
+	if err != nil {
+		return "", fmt.Errorf("explaining the claim: %w", err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("explaining the claim: %w", err)
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
 // Locked is a receipt locked for processing.
 type Locked struct {
 	EventType string
 	Payload   []byte
+	Livemode  bool   // the event's livemode
+	Account   string // the connected account (acct_...), "" for the platform's own events
 }
 
 // Lock locks k's row in tx, waiting for a concurrent holder. found is false
 // when the row is already processed (another worker completed it).
 func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
 	var l Locked
-	var payload string
-	err := tx.QueryRow(ctx, lockReceipt, k.Provider, k.Endpoint, k.EventID).Scan(&l.EventType, &payload)
+	var payload []byte
+	err := tx.QueryRow(ctx, lockReceipt, k.Provider, k.Endpoint, k.EventID).Scan(&l.EventType, &payload, &l.Livemode, &l.Account)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Locked{}, false, nil
 	case err != nil:
 		return Locked{}, false, fmt.Errorf("locking receipt %s: %w", k.EventID, err)
 	}
-	l.Payload = []byte(payload)
+	l.Payload = payload
 	return l, true, nil
 }
 
@@ -79,24 +108,49 @@ func MarkProcessed(ctx context.Context, tx DB, k Key, outcome string, now *time.
 }
 
 // RecordFailure stores the error and makes the row claimable again after
-// delay, unless another worker has completed it meanwhile.
-func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time.Duration, now *time.Time) error {
-	if _, err := db.Exec(ctx, recordFailure, k.Provider, k.Endpoint, k.EventID, errText, now, delay.Milliseconds()); err != nil {
+// delay, unless another worker has completed it meanwhile. A row that has
+// used up maxAttempts is not claimable again: it waits for review, out of
+// the claim's way.
+func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time.Duration, now *time.Time, maxAttempts int) error {
+	if _, err := db.Exec(ctx, recordFailure, k.Provider, k.Endpoint, k.EventID, errText, now, delay.Milliseconds(), maxAttempts); err != nil {
 		return fmt.Errorf("recording failure of receipt %s: %w", k.EventID, err)
 	}
 	return nil
 }
 
-// Release gives back claimed receipts that were not attempted.
-func Release(ctx context.Context, db DB, keys []Key, now *time.Time) error {
-	if len(keys) == 0 {
-		return nil
+// Release gives back claimed receipts that were not attempted, and returns
+// how many it gave back. It releases only a claim that is still the
+// caller's: the attempt count the claim returned is the fencing token. Once
+// the lease has expired another worker may have claimed the receipt again
+// (counting another attempt); that claim is left alone.
+func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	keys := make([]Key, len(claims))
+	attempts := make([]int32, len(claims))
+	for i, c := range claims {
+		keys[i], attempts[i] = c.Key, int32(c.Attempts)
 	}
 	ps, es, ids := keyArrays(keys)
-	if _, err := db.Exec(ctx, releaseClaims, ps, es, ids, now); err != nil {
-		return fmt.Errorf("releasing %d claims: %w", len(keys), err)
+	tag, err := db.Exec(ctx, releaseClaims, ps, es, ids, attempts, now)
+	if err != nil {
+		return 0, fmt.Errorf("releasing %d claims: %w", len(claims), err)
 	}
-	return nil
+	return int(tag.RowsAffected()), nil
+}
+
+// ParkNeedsReview moves the unprocessed receipts that used up maxAttempts
+// but are still in the claim's range out of it (see parkNeedsReview), and
+// returns how many it moved. Claims and failures park receipts as they
+// reach the limit; this catches those that reached it before, or whose limit
+// was lowered.
+func ParkNeedsReview(ctx context.Context, db DB, maxAttempts int) (int, error) {
+	tag, err := db.Exec(ctx, parkNeedsReview, maxAttempts)
+	if err != nil {
+		return 0, fmt.Errorf("parking receipts that need review: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // Backlog describes the unprocessed receipts.
@@ -137,11 +191,11 @@ func LockMany(ctx context.Context, tx DB, keys []Key) (map[Key]Locked, error) {
 	for rows.Next() {
 		var k Key
 		var l Locked
-		var payload string
-		if err := rows.Scan(&k.Provider, &k.Endpoint, &k.EventID, &l.EventType, &payload); err != nil {
+		var payload []byte
+		if err := rows.Scan(&k.Provider, &k.Endpoint, &k.EventID, &l.EventType, &payload, &l.Livemode, &l.Account); err != nil {
 			return nil, fmt.Errorf("locking %d receipts: %w", len(keys), err)
 		}
-		l.Payload = []byte(payload)
+		l.Payload = payload
 		out[k] = l
 	}
 	if err := rows.Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -50,25 +51,61 @@ const (
 // returns nil the row is durable, whether it was new or a duplicate. A
 // concurrent delivery of the same event waits on the primary key until the
 // first insert commits (Duplicate) or rolls back (Stored).
+//
+// No event is refused for its content (see jsonb.go): when jsonb cannot hold
+// the event's text, payload gets a repaired copy and payload_raw the exact
+// bytes. Should PostgreSQL still refuse the repaired text (a case jsonbText
+// does not know), the INSERT is repeated once with a marker as payload; the
+// first attempt failed as a whole, so exactly one INSERT commits. db must
+// therefore be a pool or a connection, not a transaction.
 func Store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
+	payload, repaired := jsonbText(ev.Payload)
+	var raw []byte
+	if repaired {
+		raw = ev.Payload
+	}
+	outcome, err := store(ctx, db, endpoint, ev, payload, raw)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && refusedContent(pgErr.Code) {
+		outcome, err = store(ctx, db, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload)
+	}
+	if err != nil {
+		return "", fmt.Errorf("storing receipt %s/%s: %w", endpoint, ev.ID, err)
+	}
+	return outcome, nil
+}
+
+func store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
 	var inserted bool
 	err := db.QueryRow(ctx, storeReceipt,
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
-		string(ev.Payload),
+		string(payload), raw,
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Duplicate, nil
 	case err != nil:
-		return "", fmt.Errorf("storing receipt %s/%s: %w", endpoint, ev.ID, err)
+		return "", err
 	}
 	return Stored, nil
 }
 
+// refusedContent reports whether code is PostgreSQL refusing a value's
+// content: class 22 (data exception: invalid text, untranslatable character,
+// numeric out of range, ...) or 54001 (nesting too deep for the parser).
+func refusedContent(code string) bool {
+	return strings.HasPrefix(code, "22") || code == "54001"
+}
+
+// nullable maps "" to NULL. The text columns get the strings Go decoded from
+// the event, where an escaped \u0000 becomes a NUL byte that PostgreSQL's
+// text refuses; it is replaced by U+FFFD (these columns are for operators;
+// the payload keeps the exact value).
 func nullable(s string) *string {
 	if s == "" {
 		return nil
 	}
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	return &s
 }

@@ -5,12 +5,14 @@ package inbox
 // internal/database) sends them as-is; each query documents its parameters.
 
 // storeReceipt: $1 provider, $2 endpoint, $3 event_id, $4 event_type,
-// $5 api_version, $6 livemode, $7 account, $8 object_id, $9 payload (text).
+// $5 api_version, $6 livemode, $7 account, $8 object_id, $9 payload (text),
+// $10 payload_raw (bytea, NULL unless jsonb cannot hold the exact bytes; see
+// migrations/0007_receipt_payload_raw.sql).
 // Returns one row when the receipt is new, none when it is a duplicate.
 const storeReceipt = `
 INSERT INTO webhook_inbox
-    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
+    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea)
 ON CONFLICT (provider, endpoint, event_id) DO NOTHING
 RETURNING true`
 
@@ -22,6 +24,14 @@ RETURNING true`
 // Takes up to $3 claimable rows, skipping rows another transaction has locked,
 // counts the attempt and hides the rows for the lease. It commits on its own
 // (autocommit), so the attempt is counted even if the process then dies.
+//
+// A row claimed for its last attempt is hidden for good (available_at =
+// 'infinity'; it was never to be claimed again anyway): if the process dies
+// while processing it, it waits for review outside the range of
+// webhook_inbox_unprocessed this query reads (available_at <= now), instead
+// of staying at the front of it and being read past by every claim. A
+// release (releaseClaims) or the operator's retry (README) sets a finite
+// available_at again.
 const claimReceipts = `
 WITH picked AS (
     SELECT provider, endpoint, event_id
@@ -35,15 +45,20 @@ WITH picked AS (
 )
 UPDATE webhook_inbox AS w
    SET attempts     = w.attempts + 1,
-       available_at = coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond'
+       available_at = CASE WHEN w.attempts + 1 >= $2 THEN 'infinity'::timestamptz
+                           ELSE coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond' END
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
 RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts`
 
+// lockReceipt and lockReceipts return the event as the handlers get it, as
+// bytea: the exact bytes Stripe sent when jsonb could not hold them
+// (payload_raw), else the jsonb payload's text.
+
 // lockReceipt: $1 provider, $2 endpoint, $3 event_id. Waits for (not skips)
 // a row lock, and returns nothing when the row is already processed.
 const lockReceipt = `
-SELECT event_type, payload::text
+SELECT event_type, coalesce(payload_raw, convert_to(payload::text, 'UTF8')), livemode, coalesce(account, '')
   FROM webhook_inbox
  WHERE provider = $1 AND endpoint = $2 AND event_id = $3
    AND processed_at IS NULL
@@ -59,25 +74,51 @@ UPDATE webhook_inbox
    AND processed_at IS NULL`
 
 // recordFailure: $1 provider, $2 endpoint, $3 event_id, $4 error text,
-// $5 now, $6 delay in milliseconds. Never touches a row another worker has
-// completed. The delay counts from the failure (clock_timestamp), not from
-// the start of the transaction, which for a batch can be seconds earlier.
+// $5 now, $6 delay in milliseconds, $7 max_attempts. Never touches a row
+// another worker has completed. The delay counts from the failure
+// (clock_timestamp), not from the start of the transaction, which for a
+// batch can be seconds earlier. A row that has used up its attempts waits
+// for review out of the claim's way (available_at = 'infinity', see
+// claimReceipts).
 const recordFailure = `
 UPDATE webhook_inbox
    SET last_error   = $4,
-       available_at = coalesce($5::timestamptz, clock_timestamp()) + $6::bigint * interval '1 millisecond'
+       available_at = CASE WHEN attempts >= $7 THEN 'infinity'::timestamptz
+                           ELSE coalesce($5::timestamptz, clock_timestamp()) + $6::bigint * interval '1 millisecond' END
  WHERE provider = $1 AND endpoint = $2 AND event_id = $3
    AND processed_at IS NULL`
 
-// releaseClaims: $1 providers, $2 endpoints, $3 event_ids, $4 now. Gives
-// back claimed rows that were never attempted (the invocation is about to
-// end): the attempt is uncounted and the row is claimable at once.
+// parkNeedsReview: $1 max_attempts. Hides, as claimReceipts and
+// recordFailure do, unprocessed rows that used up their attempts but still
+// have a finite available_at: rows that reached the limit before those
+// queries parked them, or whose limit MAX_ATTEMPTS lowered. Rows another
+// transaction holds are left for the next run.
+const parkNeedsReview = `
+UPDATE webhook_inbox AS w
+   SET available_at = 'infinity'
+  FROM (SELECT provider, endpoint, event_id
+          FROM webhook_inbox
+         WHERE processed_at IS NULL
+           AND available_at < 'infinity'
+           AND attempts >= $1
+           FOR UPDATE SKIP LOCKED) AS p
+ WHERE (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)`
+
+// releaseClaims: $1 providers, $2 endpoints, $3 event_ids, $4 the attempts
+// each claim returned, $5 now. Gives back claimed rows that were never
+// attempted (the invocation is about to end): the attempt is uncounted and
+// the row is claimable at once. A row whose attempts differ from its claim's
+// was claimed again by another worker after the lease expired: it is not
+// ours to release. (Attempts only grow, except by a release: a row released
+// back to our count was released by the worker that re-claimed it, and then
+// neither of us attempted it.)
 const releaseClaims = `
 UPDATE webhook_inbox AS w
    SET attempts     = greatest(w.attempts - 1, 0),
-       available_at = coalesce($4::timestamptz, now())
-  FROM unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint, event_id)
+       available_at = coalesce($5::timestamptz, now())
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, endpoint, event_id, attempts)
  WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
+   AND w.attempts = k.attempts
    AND w.processed_at IS NULL`
 
 // backlogStats: $1 max_attempts, $2 now. Reads only unprocessed rows
@@ -94,7 +135,7 @@ SELECT count(*) FILTER (WHERE attempts < $1),
 // business-key order (so concurrent batches lock in one order), and returns
 // their contents.
 const lockReceipts = `
-SELECT w.provider, w.endpoint, w.event_id, w.event_type, w.payload::text
+SELECT w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.payload_raw, convert_to(w.payload::text, 'UTF8')), w.livemode, coalesce(w.account, '')
   FROM webhook_inbox AS w
   JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(provider, endpoint, event_id)
     ON (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)

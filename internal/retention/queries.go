@@ -88,10 +88,13 @@ const scrubbedPayload = `{"scrubbed": true}`
 // are not scrubbed yet (so repeated batches terminate), oldest first through
 // the index webhook_inbox_unscrubbed. The key columns stay, so a redelivery
 // of the event is still a duplicate; the worker never reads the payload of a
-// processed receipt.
+// processed receipt. payload_raw (the exact bytes of an event jsonb could not
+// hold, migrations/0007_receipt_payload_raw.sql) is the same content and is
+// cleared with it.
 const scrubPayloads = `
 UPDATE webhook_inbox
-   SET payload = '{"scrubbed": true}'::jsonb
+   SET payload = '{"scrubbed": true}'::jsonb,
+       payload_raw = NULL
  WHERE ctid = ANY (ARRAY(
            SELECT ctid
              FROM webhook_inbox

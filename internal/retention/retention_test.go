@@ -65,7 +65,7 @@ func (b *testBundle) purge(t *testing.T, p *retention.Purger) retention.Summary 
 
 func (b *testBundle) newWorker(t *testing.T) *worker.Worker {
 	t.Helper()
-	cfg := worker.Config{Concurrency: 2, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 2, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
 	require.NoError(t, cfg.Validate())
 	return worker.New(b.pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 }
@@ -468,4 +468,25 @@ func lastLine(t *testing.T, buf *bytes.Buffer) string {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.NotEmpty(t, lines[len(lines)-1], "nothing written")
 	return lines[len(lines)-1]
+}
+
+// TestScrubClearsTheRawBytes: a receipt whose text jsonb could not hold keeps
+// its exact bytes in payload_raw; scrubbing its payload clears those too.
+func TestScrubClearsTheRawBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	body := stripetest.Event("evt_raw", "invoice.paid", stripetest.Invoice("in_raw", "cus_1", "paid", 1000))
+	body = []byte(strings.Replace(string(body), `"customer":"cus_1"`, `"customer":"cus_1","customer_name":"Ann\u0000Lee \ud800"`, 1))
+	require.Equal(t, inbox.Stored, b.receive(t, body))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_raw' AND payload_raw IS NOT NULL"))
+	_, err := b.newWorker(t).Run(ctx)
+	require.NoError(t, err)
+	processedAt := time.Now()
+
+	now := processedAt.Add(8 * day)
+	s := b.purge(t, b.newPurger(t, nil, retention.Config{ScrubAfter: 7 * day}, &now))
+	require.EqualValues(t, 1, s.ScrubbedPayloads)
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", `event_id = 'evt_raw' AND payload_raw IS NULL AND payload = '{"scrubbed": true}'::jsonb`),
+		"the exact bytes are scrubbed with the payload")
 }

@@ -110,11 +110,9 @@ func parse(body []byte) (Event, error) {
 	if w.Type == nil || !isToken(*w.Type) {
 		return Event{}, fmt.Errorf("%w: missing or invalid type", ErrMalformed)
 	}
-	// PostgreSQL's jsonb cannot hold U+0000. Refusing it here gives a clear
-	// 400 instead of a receipt that fails to commit on every retry.
-	if bytes.Contains(trimmed, []byte(`\u0000`)) {
-		return Event{}, fmt.Errorf("%w: contains U+0000", ErrMalformed)
-	}
+	// Text that PostgreSQL's jsonb refuses (an escaped U+0000, a lone
+	// surrogate) is valid JSON and not refused here: a verified event must
+	// never be refused for its content. internal/inbox stores it losslessly.
 	ev := Event{ID: *w.ID, Type: *w.Type, Livemode: w.Livemode, Payload: body}
 	if w.APIVersion != nil {
 		ev.APIVersion = *w.APIVersion

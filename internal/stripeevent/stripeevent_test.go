@@ -59,3 +59,18 @@ func TestVerifyAcceptsWithinTolerance(t *testing.T) {
 	_, err := stripeevent.Verify(body, header(body, "whsec_a", time.Now().Add(-4*time.Minute)), []string{"whsec_a"})
 	require.NoError(t, err)
 }
+
+// TestVerifyAcceptsTextJSONBRefuses: an escaped NUL or a lone surrogate is
+// valid JSON; a verified event carrying one is accepted with its exact bytes
+// (internal/inbox stores it losslessly).
+func TestVerifyAcceptsTextJSONBRefuses(t *testing.T) {
+	t.Parallel()
+	for _, body := range [][]byte{
+		[]byte(`{"id":"evt_1","type":"x","data":{"object":{"name":"a\u0000b"}}}`),
+		[]byte(`{"id":"evt_1","type":"x","data":{"object":{"name":"\ud800"}}}`),
+	} {
+		ev, err := stripeevent.Verify(body, header(body, "whsec_a", time.Now()), []string{"whsec_a"})
+		require.NoError(t, err, "%s", body)
+		require.Equal(t, body, ev.Payload)
+	}
+}

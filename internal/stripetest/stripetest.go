@@ -15,19 +15,40 @@ import (
 // APIVersion is the version the generated events claim.
 const APIVersion = "2025-03-31.basil"
 
-// Event returns the JSON of a Stripe event of type typ about object.
+// Created is the created timestamp Event gives its events.
+const Created = 1764633600
+
+// Event returns the JSON of a test-mode Stripe event of type typ about
+// object, created at Created.
 func Event(id, typ string, object map[string]any) []byte {
-	b, err := json.Marshal(map[string]any{
+	return EventWith(id, typ, Meta{Created: Created}, object)
+}
+
+// Meta is what an event says about itself besides its object.
+type Meta struct {
+	Created  int64  // seconds since the epoch
+	Livemode bool   // a live-mode event (real money) rather than a test-mode one
+	Account  string // the connected account (acct_...) of a Connect event; "" for none
+}
+
+// EventWith returns the JSON of a Stripe event of type typ about object,
+// with the given created, livemode and account.
+func EventWith(id, typ string, m Meta, object map[string]any) []byte {
+	ev := map[string]any{
 		"id":               id,
 		"object":           "event",
 		"api_version":      APIVersion,
-		"created":          1764633600,
-		"livemode":         false,
+		"created":          m.Created,
+		"livemode":         m.Livemode,
 		"pending_webhooks": 1,
 		"request":          map[string]any{"id": nil, "idempotency_key": nil},
 		"type":             typ,
 		"data":             map[string]any{"object": object},
-	})
+	}
+	if m.Account != "" {
+		ev["account"] = m.Account
+	}
+	b, err := json.Marshal(ev)
 	if err != nil {
 		panic(err) // only maps of JSON values reach here
 	}
@@ -46,21 +67,40 @@ func Invoice(id, customer, status string, amount int64) map[string]any {
 	}
 }
 
-// ChargeWithRefunds is a charge for invoice with its refund list expanded.
+// ChargeWithRefunds is a charge for invoice with its refund list expanded;
+// every refund has succeeded.
 func ChargeWithRefunds(id, invoice string, refunds map[string]int64) map[string]any {
-	data := []map[string]any{}
+	var list []map[string]any
 	for rid, amt := range refunds {
-		data = append(data, map[string]any{"id": rid, "object": "refund", "amount": amt, "currency": "usd", "charge": id})
+		list = append(list, RefundIn(rid, id, "succeeded", amt))
 	}
-	return map[string]any{
-		"id": id, "object": "charge", "invoice": invoice, "currency": "usd", "refunded": true,
-		"refunds": map[string]any{"object": "list", "data": data},
-	}
+	return ChargeWithRefundList(id, invoice, list...)
 }
 
-// Refund is a refund object.
+// ChargeWithRefundList is a charge for invoice (none if "") with the given
+// refunds (see RefundIn) in its expanded refund list.
+func ChargeWithRefundList(id, invoice string, refunds ...map[string]any) map[string]any {
+	data := []map[string]any{}
+	data = append(data, refunds...)
+	ch := map[string]any{
+		"id": id, "object": "charge", "currency": "usd", "refunded": true,
+		"refunds": map[string]any{"object": "list", "data": data},
+	}
+	if invoice != "" {
+		ch["invoice"] = invoice
+	}
+	return ch
+}
+
+// Refund is a refund object that has succeeded.
 func Refund(id, charge string, amount int64) map[string]any {
-	return map[string]any{"id": id, "object": "refund", "amount": amount, "currency": "usd", "charge": charge}
+	return RefundIn(id, charge, "succeeded", amount)
+}
+
+// RefundIn is a refund object in the given status (pending,
+// requires_action, succeeded, failed or canceled).
+func RefundIn(id, charge, status string, amount int64) map[string]any {
+	return map[string]any{"id": id, "object": "refund", "amount": amount, "currency": "usd", "charge": charge, "status": status}
 }
 
 // Sign returns a Stripe-Signature header for payload, signed at t with each

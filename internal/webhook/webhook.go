@@ -80,6 +80,9 @@ const (
 	reasonTooOld       = "signature_too_old"
 	reasonMalformed    = "malformed_event"
 	reasonStoreFailed  = "store_failed"
+	// reasonNoSecret: no fetch of the endpoint's signing secret has
+	// succeeded since the start, so nothing can be verified; Stripe retries.
+	reasonNoSecret = "secret_unavailable"
 )
 
 // The fixed bodies callers see. Internal error text goes to the log only.
@@ -94,6 +97,7 @@ var bodies = map[string]string{
 	reasonTooOld:       `{"error":"signature timestamp outside tolerance"}`,
 	reasonMalformed:    `{"error":"body is not a Stripe event with id and type"}`,
 	reasonStoreFailed:  `{"error":"receipt not stored; retry"}`,
+	reasonNoSecret:     `{"error":"signing secret unavailable; retry"}`,
 }
 
 var statuses = map[string]int{
@@ -107,6 +111,7 @@ var statuses = map[string]int{
 	reasonTooOld:       http.StatusBadRequest,
 	reasonMalformed:    http.StatusBadRequest,
 	reasonStoreFailed:  http.StatusInternalServerError,
+	reasonNoSecret:     http.StatusServiceUnavailable,
 }
 
 // Handle answers one Function URL request. It never returns an error: every
@@ -141,8 +146,10 @@ func (h *Handler) handle(ctx context.Context, req events.LambdaFunctionURLReques
 	if errors.Is(err, secrets.ErrUnknownEndpoint) {
 		return h.reject(rec, reasonEndpoint, nil)
 	} else if err != nil {
-		rec.outcome, rec.reason, rec.err = "failed", reasonStoreFailed, err
-		return response(statuses[reasonStoreFailed], bodies[reasonStoreFailed])
+		// The keyring bounds the fetch (secrets.Options.FetchTimeout), so
+		// this answers well before the function's timeout.
+		rec.outcome, rec.reason, rec.err = "failed", reasonNoSecret, err
+		return response(statuses[reasonNoSecret], bodies[reasonNoSecret])
 	}
 	body, reason := h.decodeBody(req)
 	if reason != "" {
@@ -247,7 +254,11 @@ func (h *Handler) finish(ctx context.Context, rec record, d time.Duration) {
 	case string(inbox.Duplicate):
 		err = h.metrics.Emit(nil, metrics.Metric{Name: "Duplicate", Value: 1, Unit: metrics.Count})
 	case "failed":
-		err = h.metrics.Emit(nil, metrics.Metric{Name: "StoreFailed", Value: 1, Unit: metrics.Count})
+		name := "StoreFailed"
+		if rec.reason == reasonNoSecret {
+			name = "SecretUnavailable"
+		}
+		err = h.metrics.Emit(nil, metrics.Metric{Name: name, Value: 1, Unit: metrics.Count})
 	case "rejected":
 		err = h.metrics.Emit(map[string]string{"Reason": rec.reason}, metrics.Metric{Name: "Rejected", Value: 1, Unit: metrics.Count})
 	}

@@ -316,7 +316,10 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 		{"JSON without type", signedOf([]byte(`{"id":"evt_x","data":{}}`)), 400, "malformed_event"},
 		{"id of wrong type", signedOf([]byte(`{"id":12,"type":"invoice.paid"}`)), 400, "malformed_event"},
 		{"id with a space", signedOf([]byte(`{"id":"evt x","type":"invoice.paid"}`)), 400, "malformed_event"},
-		{"NUL in payload", signedOf([]byte(`{"id":"evt_nul","type":"invoice.paid","x":"\u0000"}`)), 400, "malformed_event"},
+		{"JSON with a syntax error", signedOf([]byte(`{"id":"evt_1","type":"invoice.paid",}`)), 400, "malformed_event"},
+		{"JSON cut short", signedOf([]byte(`{"id":"evt_1","type":"invoice.paid","x":"\ud800`)), 400, "malformed_event"},
+		{"bad escape", signedOf([]byte(`{"id":"evt_1","type":"invoice.paid","x":"\x00"}`)), 400, "malformed_event"},
+		{"NUL id", signedOf([]byte(`{"id":"evt\u0000","type":"invoice.paid"}`)), 400, "malformed_event"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

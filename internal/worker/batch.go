@@ -39,6 +39,10 @@ import (
 // It returns one outcome per receipt, in the order given, and whether each
 // raised an anomaly.
 func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed) ([]Outcome, []bool) {
+	return w.processBatch(ctx, fixedConn(conn), batch)
+}
+
+func (w *Worker) processBatch(ctx context.Context, conns connSource, batch []inbox.Claimed) ([]Outcome, []bool) {
 	order := make([]int, len(batch))
 	for i := range order {
 		order[i] = i
@@ -49,7 +53,7 @@ func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox
 	outcomes := make([]Outcome, len(batch))
 	anomalies := make([]bool, len(batch))
 	for len(order) > 0 {
-		done := w.batchTx(ctx, conn, batch, order, outcomes, anomalies)
+		done := w.batchTx(ctx, conns, batch, order, outcomes, anomalies)
 		order = order[done:]
 	}
 	return outcomes, anomalies
@@ -74,7 +78,16 @@ func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox
 // wave size halves after a cut and doubles after a wave without one, so
 // when most handlers need several statements, waves shrink to one receipt
 // and little work is sent twice.
-func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool) int {
+//
+// When the transaction itself fails (a statement that fails before it runs,
+// at prepare or while its arguments are encoded; a handler that swallowed a
+// statement's error, so the transaction is aborted; a lost connection),
+// nothing of it committed, and the receipts it took are processed again one
+// transaction each, so that only the receipt that caused it records a
+// failure. Otherwise the whole batch would come back together after its
+// lease (one claim gives its rows one available_at) and fail together, until
+// every receipt of it needed review.
+func (w *Worker) batchTx(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool) int {
 	start := time.Now()
 	var taken int
 	s := &batchState{w: w, ctx: ctx, batch: batch, outcomes: outcomes, anomalies: anomalies}
@@ -83,7 +96,11 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 			r.stop()
 		}
 	}()
-	err := inTx(ctx, conn, func(tx pgx.Tx) error {
+	conn, err := conns(ctx)
+	if err != nil {
+		return w.oneByOne(ctx, conns, batch, order, outcomes, anomalies, err)
+	}
+	err = inTx(ctx, conn, func(tx pgx.Tx) error {
 		s.tx = tx
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
 			return err
@@ -131,25 +148,16 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		return inbox.MarkManyProcessed(ctx, tx, s.doneKeys, s.doneOutcomes, w.Now())
 	})
 	if err != nil {
-		if taken == 0 {
-			// Locking the batch failed (say a receipt is held past the
-			// statement timeout by a worker that took it over after its
-			// lease): fall back to one transaction per receipt, so only
-			// that receipt waits.
-			for _, i := range order {
-				outcomes[i], anomalies[i] = w.Process(ctx, conn, batch[i])
-			}
-			return len(order)
+		// Nothing of this transaction committed. Fall back to one
+		// transaction per receipt for those it took (all of them when
+		// locking the batch failed, say because a receipt is held past the
+		// statement timeout by a worker that took it over after its lease),
+		// so only the receipt that caused the failure fails.
+		n := taken
+		if n == 0 {
+			n = len(order)
 		}
-		// Nothing of this transaction committed. Its receipts keep their
-		// counted attempts and come back after their lease.
-		for _, i := range order[:taken] {
-			outcomes[i], anomalies[i] = Failed, false
-			c := batch[i]
-			w.logger.WarnContext(ctx, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
-				"attempt", c.Attempts, "outcome", Failed, "error", describe(err), "retry_after", "lease")
-		}
-		return taken
+		return w.oneByOne(ctx, conns, batch, order[:n], outcomes, anomalies, err)
 	}
 	for _, f := range s.failures {
 		c := batch[f.i]
@@ -169,9 +177,33 @@ func (w *Worker) batchTx(ctx context.Context, conn *pgx.Conn, batch []inbox.Clai
 		}
 	}
 	for _, i := range s.alone {
-		outcomes[i], anomalies[i] = w.Process(ctx, conn, batch[i])
+		outcomes[i], anomalies[i] = w.process(ctx, conns, batch[i])
 	}
 	return taken
+}
+
+// oneByOne processes batch[order[0]], batch[order[1]], ... one transaction
+// each, after the batch transaction failed with err, and returns how many it
+// took (all). When ctx is done it leaves them to come back after their
+// lease instead.
+func (w *Worker) oneByOne(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool, err error) int {
+	if ctx.Err() != nil {
+		// The invocation is ending: not the receipts' fault. They keep
+		// their counted attempts and come back after their lease.
+		for _, i := range order {
+			outcomes[i], anomalies[i] = Failed, false
+			c := batch[i]
+			w.logger.WarnContext(ctx, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
+				"attempt", c.Attempts, "outcome", Failed, "error", describe(err), "retry_after", "lease")
+		}
+		return len(order)
+	}
+	w.logger.WarnContext(ctx, "batch transaction failed; processing its receipts one transaction each",
+		"error", describe(err), "receipts", len(order))
+	for _, i := range order {
+		outcomes[i], anomalies[i] = w.process(ctx, conns, batch[i])
+	}
+	return len(order)
 }
 
 // batchState is one batch transaction in progress.
@@ -213,7 +245,13 @@ func (s *batchState) start(i int) (*waveItem, error) {
 		s.outcomes[i] = AlreadyDone // another worker completed it
 		return nil, nil
 	}
-	it := &waveItem{i: i, run: startHandler(s.ctx, s.w.handlers, handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload})}
+	if !s.w.books(l) {
+		s.outcomes[i] = IgnoredOtherMode
+		s.doneKeys = append(s.doneKeys, c.Key)
+		s.doneOutcomes = append(s.doneOutcomes, string(IgnoredOtherMode))
+		return nil, nil
+	}
+	it := &waveItem{i: i, run: startHandler(s.ctx, s.w.handlers, event(c, l))}
 	s.runs = append(s.runs, it.run)
 	if it.run.done() {
 		return nil, s.finish(it, "")
@@ -283,7 +321,7 @@ func (s *batchState) finish(it *waveItem, sp string) error {
 		return nil
 	}
 	text, delay := describe(r.err), s.w.backoff(c.Attempts)
-	if err := inbox.RecordFailure(s.ctx, s.tx, c.Key, text, delay, s.w.Now()); err != nil {
+	if err := inbox.RecordFailure(s.ctx, s.tx, c.Key, text, delay, s.w.Now(), s.w.cfg.MaxAttempts); err != nil {
 		return err // the transaction itself is unusable
 	}
 	s.outcomes[it.i] = Failed
@@ -343,7 +381,13 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 	if !found {
 		return AlreadyDone, false, nil
 	}
-	res, err := w.handlers.Apply(ctx, tx, handlers.Event{ID: c.EventID, Type: locked.EventType, Endpoint: c.Endpoint, Payload: locked.Payload})
+	if !w.books(locked) {
+		if err := inbox.MarkProcessed(ctx, tx, c.Key, string(IgnoredOtherMode), w.Now()); err != nil {
+			return "", false, err
+		}
+		return IgnoredOtherMode, false, nil
+	}
+	res, err := applyHandler(ctx, w.handlers, tx, event(c, locked))
 	if err != nil {
 		return "", false, err
 	}
@@ -351,6 +395,19 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 		return "", false, err
 	}
 	return Outcome(res.Outcome), res.Anomaly, nil
+}
+
+// books reports whether the receipt is of the Stripe mode this worker books.
+// A receipt of the other mode is marked processed as ignored_other_mode and
+// never reaches a handler, so it cannot touch invoices, the ledger or the
+// outbox.
+func (w *Worker) books(l inbox.Locked) bool {
+	return l.Livemode == (w.cfg.Mode == ModeLive)
+}
+
+// event is what a handler sees of a locked receipt.
+func event(c inbox.Claimed, l inbox.Locked) handlers.Event {
+	return handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload, Livemode: l.Livemode, Account: l.Account}
 }
 
 func isDeadlock(err error) bool {

@@ -9,6 +9,11 @@ import (
 // Config tunes the worker. Zero values take the defaults below; Validate
 // rejects combinations that would break its guarantees.
 type Config struct {
+	// Mode is the Stripe mode this deployment books: ModeLive or ModeTest.
+	// A receipt whose livemode is the other one is marked processed with the
+	// outcome ignored_other_mode, without running its handler. It has no
+	// default: a deployment must say which money it books.
+	Mode string
 	// Concurrency is the number of drainers, each on its own connection.
 	Concurrency int
 	// MaxAttempts is how many times a receipt is tried before it waits for a
@@ -33,6 +38,12 @@ type Config struct {
 	BackoffBase time.Duration
 	BackoffCap  time.Duration
 }
+
+// The Stripe modes a deployment books.
+const (
+	ModeLive = "live"
+	ModeTest = "test"
+)
 
 // Defaults.
 const (
@@ -83,6 +94,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Mode != ModeLive && c.Mode != ModeTest {
+		add("STRIPE_MODE=%q: set it to %q on the stage that books real money (prod) or %q on every other stage, so that events of the other mode are not booked", c.Mode, ModeLive, ModeTest)
+	}
 	if c.Concurrency < 1 || c.Concurrency > 64 {
 		add("WORKER_CONCURRENCY=%d: must be from 1 to 64", c.Concurrency)
 	}

@@ -59,7 +59,7 @@ type handlerRun struct {
 func startHandler(ctx context.Context, reg handlers.Registry, ev handlers.Event) *handlerRun {
 	r := &handlerRun{}
 	r.next, r.stop = iter.Pull(func(yield func(*dbCall) bool) {
-		r.res, r.err = reg.Apply(ctx, &yieldDB{yield: yield}, ev)
+		r.res, r.err = applyHandler(ctx, reg, &yieldDB{yield: yield}, ev)
 	})
 	r.resume()
 	return r

@@ -56,7 +56,7 @@ func crashChild(url string) {
 		select {} // the middle of processing: effect applied, nothing committed
 	}
 	batch, _ := strconv.Atoi(os.Getenv(crashChildBatchEnv))
-	cfg := worker.Config{Concurrency: 1, Lease: time.Minute, StatementTimeout: 30 * time.Second, DeadlineMargin: 40 * time.Second,
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, Lease: time.Minute, StatementTimeout: 30 * time.Second, DeadlineMargin: 40 * time.Second,
 		ClaimLimit: max(batch, 1), BatchSize: max(batch, 1)}.WithDefaults()
 	w := worker.New(pool, reg, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	_, _ = w.Run(ctx)

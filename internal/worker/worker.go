@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,12 +61,16 @@ const (
 	Ignored     Outcome = "ignored"      // no handler; marked processed
 	AlreadyDone Outcome = "already_done" // another worker completed it first
 	Failed      Outcome = "failed"       // rolled back; failure recorded and rescheduled
+	// IgnoredOtherMode: the event's livemode is not the mode this worker
+	// books (Config.Mode); marked processed without running its handler.
+	IgnoredOtherMode Outcome = Outcome(handlers.IgnoredOtherMode)
 )
 
 // Summary is what one Run did, and the backlog it left.
 type Summary struct {
 	Processed           int     `json:"processed"`
 	Ignored             int     `json:"ignored"`
+	IgnoredOtherMode    int     `json:"ignored_other_mode"`
 	Failed              int     `json:"failed"`
 	AlreadyDone         int     `json:"already_done"`
 	Anomalies           int     `json:"anomalies"`
@@ -82,6 +88,8 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 		s.Processed++
 	case Ignored:
 		s.Ignored++
+	case IgnoredOtherMode:
+		s.IgnoredOtherMode++
 	case AlreadyDone:
 		s.AlreadyDone++
 	case Failed:
@@ -118,6 +126,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			defer mu.Unlock()
 			total.Processed += s.Processed
 			total.Ignored += s.Ignored
+			total.IgnoredOtherMode += s.IgnoredOtherMode
 			total.Failed += s.Failed
 			total.AlreadyDone += s.AlreadyDone
 			total.Anomalies += s.Anomalies
@@ -131,35 +140,52 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 
 	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	backlog, err := inbox.Stats(statsCtx, w.pool, w.cfg.MaxAttempts, w.Now())
-	if err != nil {
+	// Receipts that reached the attempt limit before claims and failures
+	// parked them (out of the claim's index range) are parked here.
+	if parked, err := inbox.ParkNeedsReview(statsCtx, w.pool, w.cfg.MaxAttempts); err != nil {
 		errs = append(errs, err)
+	} else if parked > 0 {
+		w.logger.InfoContext(ctx, "parked receipts that need review", "count", parked)
 	}
-	unresolved, err := handlers.UnresolvedAnomalies(statsCtx, w.pool)
-	if err != nil {
-		errs = append(errs, err)
+	backlog, backlogErr := inbox.Stats(statsCtx, w.pool, w.cfg.MaxAttempts, w.Now())
+	if backlogErr != nil {
+		errs = append(errs, backlogErr)
+	}
+	unresolved, anomaliesErr := handlers.UnresolvedAnomalies(statsCtx, w.pool)
+	if anomaliesErr != nil {
+		errs = append(errs, anomaliesErr)
 	}
 	total.Remaining, total.OldestAgeSeconds, total.NeedsReview = backlog.Count, backlog.OldestAgeSeconds, backlog.NeedsReview
 	total.UnresolvedAnomalies = unresolved
 	total.DurationMs = time.Since(start).Milliseconds()
 
-	runErr := errors.Join(errs...)
-	if runErr == nil {
-		w.emit(ctx, total)
-	}
-	return total, runErr
+	// Whatever failed, emit what is known: the counts of this run always,
+	// and each gauge that could be read. A gauge missing only when it could
+	// not be read keeps one drainer's transient error from hiding the
+	// backlog (the alarms treat missing data as breaching).
+	w.emit(ctx, total, backlogErr == nil, anomaliesErr == nil)
+	return total, errors.Join(errs...)
 }
 
-func (w *Worker) emit(ctx context.Context, s Summary) {
-	err := w.metrics.Emit(nil,
-		metrics.Metric{Name: "BacklogCount", Value: float64(s.Remaining), Unit: metrics.Count},
-		metrics.Metric{Name: "OldestUnprocessedAgeSeconds", Value: s.OldestAgeSeconds, Unit: metrics.Seconds},
-		metrics.Metric{Name: "NeedsReviewCount", Value: float64(s.NeedsReview), Unit: metrics.Count},
-		metrics.Metric{Name: "AnomalyCount", Value: float64(s.UnresolvedAnomalies), Unit: metrics.Count},
+// emit writes the run's counts, the backlog gauges when backlog is true
+// (they were read) and AnomalyCount when anomalies is true.
+func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
+	var ms []metrics.Metric
+	if backlog {
+		ms = append(ms,
+			metrics.Metric{Name: "BacklogCount", Value: float64(s.Remaining), Unit: metrics.Count},
+			metrics.Metric{Name: "OldestUnprocessedAgeSeconds", Value: s.OldestAgeSeconds, Unit: metrics.Seconds},
+			metrics.Metric{Name: "NeedsReviewCount", Value: float64(s.NeedsReview), Unit: metrics.Count})
+	}
+	if anomalies {
+		ms = append(ms, metrics.Metric{Name: "AnomalyCount", Value: float64(s.UnresolvedAnomalies), Unit: metrics.Count})
+	}
+	err := w.metrics.Emit(nil, append(ms,
 		metrics.Metric{Name: "Processed", Value: float64(s.Processed), Unit: metrics.Count},
 		metrics.Metric{Name: "Failed", Value: float64(s.Failed), Unit: metrics.Count},
 		metrics.Metric{Name: "Ignored", Value: float64(s.Ignored), Unit: metrics.Count},
-	)
+		metrics.Metric{Name: "IgnoredOtherMode", Value: float64(s.IgnoredOtherMode), Unit: metrics.Count},
+	)...)
 	if err != nil {
 		w.logger.ErrorContext(ctx, "writing metrics", "error", err)
 	}
@@ -169,14 +195,16 @@ func (w *Worker) emit(ctx context.Context, s Summary) {
 // left or the deadline margin is reached.
 func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, error) {
 	var s Summary
-	conn, err := w.pool.Acquire(ctx)
-	if err != nil {
-		return s, fmt.Errorf("drainer %d: acquiring a connection: %w", id, err)
-	}
-	defer conn.Release()
+	dc := &drainConn{pool: w.pool}
+	defer dc.release()
+	conns := dc.get
 
 	expired := func() bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
 	for !expired() && ctx.Err() == nil {
+		conn, err := conns(ctx)
+		if err != nil {
+			return s, fmt.Errorf("drainer %d: %w", id, err)
+		}
 		claimed, err := inbox.Claim(ctx, conn, inbox.ClaimParams{
 			Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
 		})
@@ -188,25 +216,27 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 		}
 		for i := 0; i < len(claimed); {
 			if expired() || ctx.Err() != nil {
-				rest := make([]inbox.Key, 0, len(claimed)-i)
-				for _, r := range claimed[i:] {
-					rest = append(rest, r.Key)
+				rest := claimed[i:]
+				conn, err := conns(context.WithoutCancel(ctx))
+				var released int
+				if err == nil {
+					released, err = inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now())
 				}
-				if err := inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now()); err != nil {
+				if err != nil {
 					w.logger.ErrorContext(ctx, "releasing claims", "error", err, "count", len(rest))
 				} else {
-					s.Released += len(rest)
+					s.Released += released
 				}
 				return s, nil
 			}
 			if w.cfg.BatchSize <= 1 {
-				o, anomaly := w.Process(ctx, conn.Conn(), claimed[i])
+				o, anomaly := w.process(ctx, conns, claimed[i])
 				s.add(o, anomaly)
 				i++
 				continue
 			}
 			batch := claimed[i:min(i+w.cfg.BatchSize, len(claimed))]
-			outcomes, anomalies := w.ProcessBatch(ctx, conn.Conn(), batch)
+			outcomes, anomalies := w.processBatch(ctx, conns, batch)
 			for j := range outcomes {
 				s.add(outcomes[j], anomalies[j])
 			}
@@ -216,9 +246,50 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 	return s, nil
 }
 
+// connSource gives a processing transaction its connection.
+type connSource func(context.Context) (*pgx.Conn, error)
+
+// fixedConn always gives conn.
+func fixedConn(conn *pgx.Conn) connSource {
+	return func(context.Context) (*pgx.Conn, error) { return conn, nil }
+}
+
+// drainConn is a drainer's connection. One that was lost (the server ended
+// the session, the network failed) is replaced at the next get, so a lost
+// connection costs only the transaction that was on it: the receipts of a
+// failed batch are retried, and a failure recorded, on a new one.
+type drainConn struct {
+	pool *pgxpool.Pool
+	conn *pgxpool.Conn
+}
+
+func (d *drainConn) get(ctx context.Context) (*pgx.Conn, error) {
+	if d.conn != nil && !d.conn.Conn().IsClosed() {
+		return d.conn.Conn(), nil
+	}
+	d.release() // the pool discards a closed connection
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquiring a connection: %w", err)
+	}
+	d.conn = conn
+	return conn.Conn(), nil
+}
+
+func (d *drainConn) release() {
+	if d.conn != nil {
+		d.conn.Release()
+		d.conn = nil
+	}
+}
+
 // Process applies one claimed receipt on conn and records the outcome. It
 // reports whether the receipt raised an anomaly.
 func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (Outcome, bool) {
+	return w.process(ctx, fixedConn(conn), c)
+}
+
+func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed) (Outcome, bool) {
 	start := time.Now()
 	log := w.logger.With("endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType, "attempt", c.Attempts)
 
@@ -226,7 +297,7 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 		outcome Outcome
 		anomaly bool
 	)
-	err := inTx(ctx, conn, func(tx pgx.Tx) error {
+	err := inTxOn(ctx, conns, func(tx pgx.Tx) error {
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
 			return err
 		}
@@ -243,11 +314,11 @@ func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (
 		// worker that took it over after the lease; then this gives up and
 		// the lease brings the row back.
 		rctx := context.WithoutCancel(ctx)
-		if rerr := inTx(rctx, conn, func(tx pgx.Tx) error {
+		if rerr := inTxOn(rctx, conns, func(tx pgx.Tx) error {
 			if err := w.setStatementTimeout(rctx, tx); err != nil {
 				return err
 			}
-			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now())
+			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now(), w.cfg.MaxAttempts)
 		}); rerr != nil {
 			log.ErrorContext(ctx, "recording failure", "error", rerr)
 		}
@@ -271,11 +342,51 @@ func (w *Worker) backoff(attempt int) time.Duration {
 	return time.Duration(float64(d) * (0.5 + w.Jitter()/2))
 }
 
+// applyHandler runs the handler for ev. A panic in it is returned as a
+// *panicError, so that it fails only this receipt: re-raised, it would end
+// the process (the drainer goroutines are not the Lambda runtime's, which
+// does not recover them) and lose every drainer's work in flight.
+func applyHandler(ctx context.Context, reg handlers.Registry, db handlers.DB, ev handlers.Event) (res handlers.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = handlers.Result{}, &panicError{value: p, stack: debug.Stack()}
+		}
+	}()
+	return reg.Apply(ctx, db, ev)
+}
+
+// panicError is a handler's panic: its value and the stack where it
+// happened.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	// From the frame that panicked: the frames above it (debug.Stack, the
+	// deferred function, panic itself) say nothing about the cause.
+	stack := string(e.stack)
+	if i := strings.Index(stack, "\npanic("); i >= 0 {
+		rest := stack[i+1:]
+		for range 2 { // the panic( line and its file:line
+			if j := strings.IndexByte(rest, '\n'); j >= 0 {
+				rest = rest[j+1:]
+			}
+		}
+		stack = rest
+	}
+	return fmt.Sprintf("%v\n%s", e.value, stack)
+}
+
 // describe turns an error into last_error: its class and a truncated message.
 func describe(err error) string {
 	class := "error"
+	max := 500
 	var pgErr *pgconn.PgError
+	var panicErr *panicError
 	switch {
+	case errors.As(err, &panicErr):
+		class, max = "panic", 2000 // room for the top of the stack
 	case errors.As(err, &pgErr):
 		class = "pg " + pgErr.Code
 	case errors.Is(err, handlers.ErrBadPayload):
@@ -286,9 +397,8 @@ func describe(err error) string {
 		class = "canceled"
 	}
 	msg := err.Error()
-	const max = 500
 	if len(msg) > max {
-		msg = msg[:max] + "…"
+		msg = strings.ToValidUTF8(msg[:max], "") + "…" // not a rune cut in two: last_error is text
 	}
 	return class + ": " + msg
 }
@@ -309,6 +419,15 @@ func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
 		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
+}
+
+// inTxOn is inTx on a connection from conns.
+func inTxOn(ctx context.Context, conns connSource, fn func(pgx.Tx) error) error {
+	conn, err := conns(ctx)
+	if err != nil {
+		return err
+	}
+	return inTx(ctx, conn, fn)
 }
 
 // setStatementTimeout bounds every statement of tx, including lock waits.

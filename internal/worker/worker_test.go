@@ -48,6 +48,9 @@ func setup(t *testing.T) *testBundle {
 // newWorker builds a worker with test-friendly settings; cfg overrides them.
 func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.Config) *worker.Worker {
 	t.Helper()
+	if cfg.Mode == "" {
+		cfg.Mode = worker.ModeTest // the mode stripetest.Event's events are in
+	}
 	if cfg.StatementTimeout == 0 {
 		cfg.StatementTimeout = time.Second
 	}
@@ -504,8 +507,9 @@ func TestReleaseGivesBackUnstartedClaims(t *testing.T) {
 	claimed, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{MaxAttempts: 10, Limit: 3, Lease: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
-	keys := []inbox.Key{claimed[1].Key, claimed[2].Key}
-	require.NoError(t, inbox.Release(ctx, b.pool, keys, nil))
+	released, err := inbox.Release(ctx, b.pool, claimed[1:], nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, released)
 	require.Equal(t, 2, b.db.Count(t, "webhook_inbox", "attempts = 0 AND available_at <= now()"))
 	again, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{MaxAttempts: 10, Limit: 3, Lease: time.Hour})
 	require.NoError(t, err)
@@ -518,34 +522,42 @@ func TestSummaryAndMetrics(t *testing.T) {
 	b.receive(t, paid("evt_1", "in_1"))
 	b.receive(t, stripetest.Event("evt_2", "customer.created", map[string]any{"id": "cus_2"}))
 	b.receive(t, stripetest.Event("evt_3", "invoice.paid", map[string]any{"object": "invoice"}))
+	b.receive(t, stripetest.EventWith("evt_4", "invoice.paid", stripetest.Meta{Livemode: true}, stripetest.Invoice("in_4", "cus_4", "paid", 100)))
 	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, MaxAttempts: 2})
 	w.Jitter = func() float64 { return 0 }
+	// The run's clock is a minute after the receipts, so the oldest age is
+	// at least that, whatever the machine's speed.
+	later := time.Now().Add(time.Minute)
+	w.Now = func() *time.Time { return &later }
 	s := b.run(t, w)
 	require.Equal(t, 1, s.Processed)
 	require.Equal(t, 1, s.Ignored)
+	require.Equal(t, 1, s.IgnoredOtherMode)
 	require.Equal(t, 1, s.Failed)
 	require.Equal(t, 1, s.Remaining)
-	require.Greater(t, s.OldestAgeSeconds, 0.0)
+	require.GreaterOrEqual(t, s.OldestAgeSeconds, 59.0)
 
 	var emf map[string]any
 	require.NoError(t, json.Unmarshal([]byte(lastEMF(t, b.metrics)), &emf))
 	require.EqualValues(t, 1, emf["Processed"])
 	require.EqualValues(t, 1, emf["Ignored"])
+	require.EqualValues(t, 1, emf["IgnoredOtherMode"])
 	require.EqualValues(t, 1, emf["Failed"])
 	require.EqualValues(t, 1, emf["BacklogCount"])
 	require.EqualValues(t, 0, emf["NeedsReviewCount"])
 	require.EqualValues(t, 0, emf["AnomalyCount"])
-	require.Greater(t, emf["OldestUnprocessedAgeSeconds"], 0.0)
+	require.GreaterOrEqual(t, emf["OldestUnprocessedAgeSeconds"], 59.0)
 	require.Equal(t, "worker", emf["Service"])
 	aws := emf["_aws"].(map[string]any)
 	def := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
 	require.Equal(t, "Test", def["Namespace"])
 	require.Equal(t, []any{[]any{"Service"}}, def["Dimensions"])
-	require.Len(t, def["Metrics"], 7)
+	require.Len(t, def["Metrics"], 8)
 
 	out, err := json.Marshal(s)
 	require.NoError(t, err)
 	require.Contains(t, string(out), `"remaining":1`)
+	require.Contains(t, string(out), `"ignored_other_mode":1`)
 }
 
 func lastEMF(t *testing.T, buf *bytes.Buffer) string {

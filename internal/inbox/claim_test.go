@@ -1,0 +1,121 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/pgtest"
+)
+
+// TestClaimDoesNotReadNeedsReviewRows: receipts that used up their attempts
+// (the last one failed, or the process died during it, or they reached the
+// limit before this change) are left out of the range the claim reads in
+// webhook_inbox_unprocessed. Shown on the claim's own plan (EXPLAIN ANALYZE
+// of the real statement): its index scan returns only the claimable rows
+// and removes none by its filter, where it used to read past every
+// needs-review row. The backlog still counts them, and the operator's retry
+// (README) brings one back.
+func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	const maxAttempts, stuck, fresh = 3, 900, 10
+	insert := func(prefix string, n int) {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload)
+			SELECT 'stripe', 'billing', $1 || g, 'invoice.paid', false, '{}' FROM generate_series(1, $2) g`, prefix, n)
+		require.NoError(t, err)
+	}
+
+	// A third: claimed for their last attempt, by a process that died.
+	insert("evt_died_", stuck/3)
+	_, err := db.Pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = $1 - 1", maxAttempts)
+	require.NoError(t, err)
+	claimed, err := Claim(ctx, db.Pool, ClaimParams{MaxAttempts: maxAttempts, Limit: stuck, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, stuck/3)
+
+	// A third: their last attempt failed.
+	insert("evt_failed_", stuck/3)
+	_, err = db.Pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = $1 - 1 WHERE event_id LIKE 'evt_failed_%'", maxAttempts)
+	require.NoError(t, err)
+	claimed, err = Claim(ctx, db.Pool, ClaimParams{MaxAttempts: maxAttempts, Limit: stuck, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, stuck/3)
+	for _, c := range claimed {
+		require.NoError(t, RecordFailure(ctx, db.Pool, c.Key, "boom", time.Second, nil, maxAttempts))
+	}
+
+	insert("evt_fresh_", fresh)
+	requireClaimReadsOnly := func(n int) {
+		t.Helper()
+		_, err = db.Pool.Exec(ctx, "ANALYZE webhook_inbox")
+		require.NoError(t, err)
+		// An hour on: every lease and backoff has ended.
+		scan := claimIndexScan(t, db.Connect(t), time.Now().Add(time.Hour), maxAttempts)
+		require.EqualValues(t, n, scan["Actual Rows"], "the index scan returns the claimable rows: %v", scan)
+		require.EqualValues(t, 0, scan["Rows Removed by Filter"], "and reads no needs-review row: %v", scan)
+	}
+	requireClaimReadsOnly(fresh)
+
+	// A third: at the limit with a finite available_at, as rows that
+	// reached it before claims parked them; the worker parks them.
+	insert("evt_legacy_", stuck/3)
+	_, err = db.Pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = $1, available_at = now() - interval '1 day' WHERE event_id LIKE 'evt_legacy_%'", maxAttempts)
+	require.NoError(t, err)
+	parked, err := ParkNeedsReview(ctx, db.Pool, maxAttempts)
+	require.NoError(t, err)
+	require.Equal(t, stuck/3, parked)
+	requireClaimReadsOnly(fresh)
+
+	backlog, err := Stats(ctx, db.Pool, maxAttempts, nil)
+	require.NoError(t, err)
+	require.Equal(t, Backlog{Count: fresh, OldestAgeSeconds: backlog.OldestAgeSeconds, NeedsReview: stuck}, backlog)
+
+	// The operator's retry (README) brings a receipt back.
+	tag, err := db.Pool.Exec(ctx, `UPDATE webhook_inbox SET attempts = 0, available_at = now()
+	 WHERE processed_at IS NULL AND attempts >= $1 AND event_id = 'evt_died_1'`, maxAttempts)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	claimed, err = Claim(ctx, db.Pool, ClaimParams{MaxAttempts: maxAttempts, Limit: fresh + 1, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, fresh+1)
+}
+
+// claimIndexScan runs the claim's statement under EXPLAIN (ANALYZE, BUFFERS,
+// FORMAT JSON) (in a transaction rolled back), and returns the plan node
+// that scans webhook_inbox_unprocessed.
+func claimIndexScan(t *testing.T, conn *pgx.Conn, now time.Time, maxAttempts int) map[string]any {
+	t.Helper()
+	ctx := context.Background()
+	out, err := ExplainClaim(ctx, conn, ClaimParams{Now: &now, MaxAttempts: maxAttempts, Limit: 50, Lease: time.Minute}, "JSON")
+	require.NoError(t, err)
+	var plans []struct{ Plan map[string]any }
+	require.NoError(t, json.Unmarshal([]byte(out), &plans))
+	// The scans of webhook_inbox under the CTE that picks the rows (the
+	// UPDATE then finds them by primary key).
+	var found []map[string]any
+	var walk func(n map[string]any, picking bool)
+	walk = func(n map[string]any, picking bool) {
+		picking = picking || n["Subplan Name"] == "CTE picked"
+		if picking && n["Relation Name"] == "webhook_inbox" {
+			found = append(found, n)
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any), picking)
+		}
+	}
+	walk(plans[0].Plan, false)
+	require.Len(t, found, 1, "one scan picks the rows to claim:\n%s", out)
+	require.Equal(t, "webhook_inbox_unprocessed", found[0]["Index Name"], "the claim scans its index:\n%s", out)
+	if _, ok := found[0]["Rows Removed by Filter"]; !ok {
+		found[0]["Rows Removed by Filter"] = float64(0)
+	}
+	return found[0]
+}
