@@ -664,9 +664,13 @@ func TestUpgradeRetiresTheSharedAppRoleInTwoDeploys(t *testing.T) {
 	}
 	phase2()
 
-	// That deploy rolled back: the first deploy's step runs again.
-	d.roles.Legacy, d.pw.Legacy, d.roles.Retired = legacy, password1, nil
+	// That deploy rolled back (the first deploy's step runs again), or the
+	// operator turned the setting off again after it succeeded (then
+	// CloudFormation had deleted the secret, and the new one has a new
+	// password): the shared role works again, with the secret's password.
+	d.roles.Legacy, d.pw.Legacy, d.roles.Retired = legacy, password2, nil
 	d.deploy(t)
+	requirePassword(t, d.db, legacy, password2)
 	earlierWork("evt_rollback")
 
 	phase2()
