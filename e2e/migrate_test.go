@@ -21,7 +21,9 @@ const secretARNPrefix = "arn:aws:secretsmanager:us-east-1:000000000000:secret:in
 // creates the schema owner role and the three functions' roles with the
 // passwords from their Secrets Manager secrets, applies every migration to
 // an empty database as the owner, and grants each role its privileges; a
-// second deploy applies nothing.
+// second deploy applies nothing. As the stack configures it by default, it
+// is also told to keep the earlier release's shared role (LEGACY_DB_USER,
+// with its secret): a new database has none, and none is created.
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	setup(t).binary(t, "migrate")
@@ -61,13 +63,14 @@ func TestMigrate(t *testing.T) {
 		"AWS_REGION":            "us-east-1",
 		"AWS_ACCESS_KEY_ID":     fakeAccessKey,
 		"AWS_SECRET_ACCESS_KEY": "e2e-fake-secret-access-key",
-		"RETIRED_DB_USERS":      "inbox_app_e2e_" + suffix, // absent: nothing to retire
 	}
-	for _, fn := range []string{"webhook", "worker", "purge"} {
+	legacy := "inbox_app_e2e_" + suffix
+	roles["legacy"] = legacy // dropped by the cleanup should it be created
+	for _, fn := range []string{"webhook", "worker", "purge", "legacy"} {
 		arn := secretARNPrefix + fn + "-" + suffix
 		secret, _ := json.Marshal(map[string]string{"username": roles[fn], "password": "e2e-" + fn + "-" + randomHex(12)})
 		secrets[arn] = string(secret)
-		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE"}[fn]
+		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE", "legacy": "LEGACY"}[fn]
 		env[prefix+"_DB_USER"] = roles[fn]
 		env[prefix+"_DB_SECRET_ARN"] = arn
 	}
@@ -89,6 +92,9 @@ func TestMigrate(t *testing.T) {
 				Role    string `json:"role"`
 				Created bool   `json:"created"`
 			} `json:"users"`
+			Legacy *struct {
+				Role string `json:"role"`
+			} `json:"legacy"`
 		} `json:"roles"`
 	}
 	deploy := func() summary {
@@ -113,6 +119,13 @@ func TestMigrate(t *testing.T) {
 		if !u.Created {
 			t.Errorf("first deploy: role %s not created", u.Role)
 		}
+	}
+	if s.Roles.Legacy != nil {
+		t.Errorf("first deploy kept a shared role %+v in a database that never had one", s.Roles.Legacy)
+	}
+	var legacyExists bool
+	if err := db.Pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", legacy).Scan(&legacyExists); err != nil || legacyExists {
+		t.Errorf("the shared role %s exists (err %v): a new database must never get it", legacy, err)
 	}
 	var owner string
 	if err := db.Pool.QueryRow(context.Background(), "SELECT tableowner FROM pg_tables WHERE tablename = 'webhook_inbox'").Scan(&owner); err != nil || owner != roles["owner"] {

@@ -49,9 +49,9 @@ func main() {
 			fetch := secrets.SecretsManager(secretsmanager.NewFromConfig(aws))
 			d.Passwords = func(ctx context.Context) (approle.Passwords, error) {
 				pw := cfg.Passwords
-				for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge} {
+				for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "legacy": cfg.Roles.Legacy} {
 					arn, ok := cfg.SecretARNs[fn]
-					if !ok {
+					if !ok || user == "" {
 						continue
 					}
 					text, err := fetch(ctx, arn)
@@ -67,6 +67,8 @@ func main() {
 						pw.Webhook = p
 					case "worker":
 						pw.Worker = p
+					case "legacy":
+						pw.Legacy = p
 					default:
 						pw.Purge = p
 					}

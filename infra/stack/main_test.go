@@ -23,8 +23,8 @@ type synthesized struct {
 }
 
 // The stacks every test reads: dev (two endpoints, an alarm e-mail), prod
-// (defaults), and dev with nat=true.
-var dev, prod, natDev *synthesized
+// (defaults), dev with nat=true, and dev with retireLegacyAppRole=true.
+var dev, prod, natDev, retired *synthesized
 
 func TestMain(m *testing.M) {
 	// The machine's Node 20 is past jsii's end of support (2026-10-30); the
@@ -80,6 +80,7 @@ func synthesizeAll() (func(*testing.M) int, error) {
 		{&dev, map[string]any{"stage": "dev", "endpoints": "billing,connect", "alarmEmail": "ops@example.com"}},
 		{&prod, map[string]any{"stage": "prod"}},
 		{&natDev, map[string]any{"stage": "natdev", "nat": "true"}},
+		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))
 	for i, v := range variants {
@@ -132,7 +133,7 @@ func featureFlags() (map[string]any, error) {
 
 func TestNagFindings(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*synthesized{dev, prod, natDev} {
+	for _, s := range []*synthesized{dev, prod, natDev, retired} {
 		for _, e := range s.nagErrors {
 			t.Errorf("%s: %s", s.settings.Stage, e)
 		}

@@ -75,6 +75,18 @@ type Settings struct {
 	// becomes STRIPE_MODE of the worker: events of the other mode are stored
 	// and marked processed, never booked.
 	StripeMode string
+	// RetireLegacyAppRole retires inbox_app, the database role the
+	// functions of releases before the per-function roles shared
+	// (retireLegacyAppRole; default false). While false, a database that has
+	// inbox_app keeps it working exactly as that release left it (its
+	// secret stays registered with the proxy, each function may still
+	// connect as it), so the functions CloudFormation is replacing, or
+	// rolls back to, keep reaching the database; a database without it
+	// (a stack created since) never gets it. Set it to true in a later
+	// deploy, once the functions run as their own roles: the migrate step
+	// then strips inbox_app and makes it NOLOGIN, and its secret leaves the
+	// proxy and the stack. A new stack may set it from its first deploy.
+	RetireLegacyAppRole bool
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
@@ -162,6 +174,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 		r.addf("stripeMode=%q: must be live (book live-mode events: real money) or test (book test-mode events); default live for stage prod, test otherwise", s.StripeMode)
 		s.StripeMode = defaultMode
 	}
+	s.RetireLegacyAppRole = r.boolean("retireLegacyAppRole", false)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))

@@ -31,6 +31,7 @@ func TestSettingsDefaults(t *testing.T) {
 		DBConnectionsAlarm:         80,
 		MetricsNamespace:           "StripeInbox",
 		StripeMode:                 "test",
+		RetireLegacyAppRole:        false,
 		AssetsDir:                  filepath.Join("..", "build"),
 	}, s)
 	require.Equal(t, "StripeInbox-dev", s.StackName())
@@ -117,6 +118,7 @@ func TestSettingsRejectInvalidContext(t *testing.T) {
 		{"log retention CloudWatch lacks", map[string]any{"logRetentionDays": "31"}, "logRetentionDays=31"},
 		{"AWS namespace", map[string]any{"metricsNamespace": "AWS/Lambda"}, "metricsNamespace"},
 		{"reserved concurrency zero", map[string]any{"webhookReservedConcurrency": 0.0}, "webhookReservedConcurrency=0"},
+		{"retire not a bool", map[string]any{"retireLegacyAppRole": "inbox_app"}, "retireLegacyAppRole=inbox_app: must be true or false (default false)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

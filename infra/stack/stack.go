@@ -38,7 +38,12 @@ import (
 // WorkerUser and PurgeUser are the functions' logins, each with only its
 // function's privileges, its own secret registered with the proxy and its
 // own rds-db:connect grant. LegacyAppUser is the role the three functions
-// shared before; the migrate function strips it (RETIRED_DB_USERS).
+// shared before. Until Settings.RetireLegacyAppRole, the migrate function
+// keeps it working if it exists (LEGACY_DB_USER), its secret stays
+// registered with the proxy, and the three functions may still connect as
+// it, so the previous functions keep working while CloudFormation replaces
+// them and after a rollback. Once retired, the migrate function strips it
+// (RETIRED_DB_USERS) and its secret and grants leave the stack.
 const (
 	MasterUser      = "inbox_owner"
 	SchemaOwnerRole = "inbox_schema_owner"
@@ -119,6 +124,9 @@ type builder struct {
 	trigger     triggers.Trigger
 	dashboard   string
 	topicArn    *string
+
+	// legacySecret is LegacyAppUser's secret; nil once it is retired.
+	legacySecret awsrds.DatabaseSecret
 }
 
 func (b *builder) removal() awscdk.RemovalPolicy {
@@ -235,6 +243,17 @@ func (b *builder) database() {
 			Username: jsii.String(functionUsers[fn]),
 		})
 		proxySecrets = append(proxySecrets, b.userSecrets[fn])
+	}
+	if !b.s.RetireLegacyAppRole {
+		// The earlier release's secret for the shared role, with the
+		// same construct ID and properties, so CloudFormation keeps the
+		// same secret (and password) rather than replacing it. The
+		// proxy must keep it: the functions being replaced, or rolled
+		// back to, log in as this user.
+		b.legacySecret = awsrds.NewDatabaseSecret(b.stack, jsii.String("AppUserSecret"), &awsrds.DatabaseSecretProps{
+			Username: jsii.String(LegacyAppUser),
+		})
+		proxySecrets = append(proxySecrets, b.legacySecret)
 	}
 	b.proxySG = awsec2.NewSecurityGroup(b.stack, jsii.String("ProxySecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:         b.vpc,
@@ -370,12 +389,28 @@ func (b *builder) lambdas() {
 				"WEBHOOK_DB_SECRET_ARN": *b.userSecrets["webhook"].SecretArn(),
 				"WORKER_DB_SECRET_ARN":  *b.userSecrets["worker"].SecretArn(),
 				"PURGE_DB_SECRET_ARN":   *b.userSecrets["purge"].SecretArn(),
-				"RETIRED_DB_USERS":      LegacyAppUser,
 			},
 		},
 	}
+	migrateEnv := fns[len(fns)-1].env
+	if b.s.RetireLegacyAppRole {
+		migrateEnv["RETIRED_DB_USERS"] = LegacyAppUser
+	} else {
+		migrateEnv["LEGACY_DB_USER"] = LegacyAppUser
+		migrateEnv["LEGACY_DB_SECRET_ARN"] = *b.legacySecret.SecretArn()
+	}
 	for _, f := range fns {
 		b.functions[f.name] = b.newFunction(f)
+	}
+	if b.legacySecret != nil {
+		b.legacySecret.GrantRead(b.functions["migrate"], nil)
+		// Until retired, each function's role may still connect as the
+		// shared user: CloudFormation may update a function's policy
+		// before the function itself, and the previous code (which logs
+		// in as inbox_app) serves until then, or again after a rollback.
+		for _, name := range []string{"webhook", "worker", "purge"} {
+			b.proxy.GrantConnect(b.functions[name], jsii.String(LegacyAppUser))
+		}
 	}
 	for _, s := range b.signing {
 		s.GrantRead(b.functions["webhook"], nil)

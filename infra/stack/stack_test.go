@@ -91,7 +91,7 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 		require.Equal(t, "POSTGRESQL", p["EngineFamily"])
 		require.Equal(t, ProxyName(s.settings.StackName()), p["DBProxyName"])
 		auth := p["Auth"].([]any)
-		require.Len(t, auth, 4, "the master's secret and one per function's user")
+		require.Len(t, auth, 5, "the master's secret, one per function's user, and the earlier release's shared user's")
 		for _, a := range auth {
 			require.Equal(t, "REQUIRED", a.(map[string]any)["IAMAuth"])
 			require.Equal(t, "SECRETS", a.(map[string]any)["AuthScheme"])
@@ -102,10 +102,50 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 			require.Contains(t, asJSON(t, props(s.resources("AWS::SecretsManager::Secret")[secret])["GenerateSecretString"]),
 				`\"username\":\"`+functionUsers[fn]+`\"`, fn)
 		}
-		require.Empty(t, s.resources("AWS::SecretsManager::Secret")["AppUserSecret"], "the shared app user's secret is gone")
+		// The earlier release's secret stays, as it was: the same logical
+		// ID (so CloudFormation neither replaces nor deletes it, and the
+		// password the role has stays valid) and the same user.
+		app := s.resources("AWS::SecretsManager::Secret")[legacySecretID]
+		require.NotNil(t, app, "the shared user's secret is kept until retireLegacyAppRole=true")
+		require.Contains(t, asJSON(t, props(app)["GenerateSecretString"]), `\"username\":\"`+LegacyAppUser+`\"`)
+		require.Contains(t, asJSON(t, auth), `{"Ref":"`+legacySecretID+`"}`)
 	}
 	require.NotEqual(t, props(first(dev.resources("AWS::RDS::DBProxy")))["DBProxyName"],
 		props(first(prod.resources("AWS::RDS::DBProxy")))["DBProxyName"], "proxy names are per stack")
+}
+
+// legacySecretID is the logical ID the earlier release's template gave the
+// shared user's secret: CDK derives it from the construct path
+// (AppUserSecret/Resource, the first 8 hex digits of its MD5), which the
+// stack keeps. A different ID would make CloudFormation create a new secret
+// with a new password and delete the one the previous functions use.
+const legacySecretID = "AppUserSecret4AC93B38"
+
+// TestRetireLegacyAppRole: with retireLegacyAppRole=true the shared user's
+// secret leaves the proxy and the stack, nobody may connect as it, and the
+// migrate function retires it (RETIRED_DB_USERS) instead of keeping it.
+func TestRetireLegacyAppRole(t *testing.T) {
+	t.Parallel()
+	_, proxy := retired.one(t, "AWS::RDS::DBProxy", "Proxy")
+	auth := props(proxy)["Auth"].([]any)
+	require.Len(t, auth, 4, "the master's secret and one per function's user")
+	require.NotContains(t, retired.resources("AWS::SecretsManager::Secret"), legacySecretID)
+	for id, secret := range retired.resources("AWS::SecretsManager::Secret") {
+		require.NotContains(t, asJSON(t, props(secret)), LegacyAppUser, id)
+	}
+	for id, sts := range retired.statements() {
+		require.NotContains(t, asJSON(t, sts), "/"+LegacyAppUser+`"`, id)
+	}
+	migrate := environment(retired.appFunctions(t)["migrate"])
+	require.Equal(t, LegacyAppUser, migrate["RETIRED_DB_USERS"])
+	require.NotContains(t, migrate, "LEGACY_DB_USER")
+	require.NotContains(t, migrate, "LEGACY_DB_SECRET_ARN")
+
+	// Nothing else changes: the functions keep their own users.
+	for name, fn := range retired.appFunctions(t) {
+		require.Equal(t, environment(dev.appFunctions(t)[name])["DB_USER"], environment(fn)["DB_USER"], name)
+	}
+	require.False(t, dev.settings.RetireLegacyAppRole, "the default keeps the shared user")
 }
 
 func first(m map[string]resource) resource {
@@ -204,8 +244,9 @@ func TestEnvironmentContract(t *testing.T) {
 	migrate := environment(fns["migrate"])
 	require.Equal(t, map[string]any{
 		"SCHEMA_OWNER_ROLE": SchemaOwnerRole, "WEBHOOK_DB_USER": WebhookUser, "WORKER_DB_USER": WorkerUser, "PURGE_DB_USER": PurgeUser,
-		"RETIRED_DB_USERS": LegacyAppUser,
-	}, pick(migrate, "SCHEMA_OWNER_ROLE", "WEBHOOK_DB_USER", "WORKER_DB_USER", "PURGE_DB_USER", "RETIRED_DB_USERS"))
+		"LEGACY_DB_USER": LegacyAppUser, "LEGACY_DB_SECRET_ARN": map[string]any{"Ref": legacySecretID},
+	}, pick(migrate, "SCHEMA_OWNER_ROLE", "WEBHOOK_DB_USER", "WORKER_DB_USER", "PURGE_DB_USER", "LEGACY_DB_USER", "LEGACY_DB_SECRET_ARN"))
+	require.NotContains(t, migrate, "RETIRED_DB_USERS", "the shared user is retired only with retireLegacyAppRole=true")
 	for _, fn := range []string{"webhook", "worker", "purge"} {
 		secret, _ := dev.one(t, "AWS::SecretsManager::Secret", OutputID(fn)+"UserSecret")
 		require.Equal(t, map[string]any{"Ref": secret}, migrate[strings.ToUpper(fn)+"_DB_SECRET_ARN"], fn)
@@ -274,44 +315,60 @@ func asSlice(v any) []any {
 
 func TestIAMGrantsAreScoped(t *testing.T) {
 	t.Parallel()
-	connectUsers := map[string][]string{}
-	for id, sts := range dev.statements() {
-		for _, st := range sts {
-			actions := asSlice(st["Action"])
-			secretRead := slices.Contains(actions, any("secretsmanager:GetSecretValue"))
-			dbConnect := slices.Contains(actions, any("rds-db:connect"))
-			if !secretRead && !dbConnect {
-				continue
-			}
-			for _, res := range asSlice(st["Resource"]) {
-				if str, ok := res.(string); ok {
-					require.NotContains(t, str, "*", "%s: %v granted on %q", id, actions, str)
+	for _, s := range []*synthesized{dev, retired} {
+		connectUsers := map[string][]string{}
+		for id, sts := range s.statements() {
+			for _, st := range sts {
+				actions := asSlice(st["Action"])
+				secretRead := slices.Contains(actions, any("secretsmanager:GetSecretValue"))
+				dbConnect := slices.Contains(actions, any("rds-db:connect"))
+				if !secretRead && !dbConnect {
+					continue
 				}
-			}
-			if dbConnect {
-				resJSON := asJSON(t, st["Resource"])
-				found := 0
-				for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, LegacyAppUser, SchemaOwnerRole} {
-					if strings.Contains(resJSON, `/`+user+`"`) {
-						connectUsers[user] = append(connectUsers[user], id)
-						found++
+				for _, res := range asSlice(st["Resource"]) {
+					if str, ok := res.(string); ok {
+						require.NotContains(t, str, "*", "%s: %v granted on %q", id, actions, str)
 					}
 				}
-				require.Equal(t, 1, found, "%s: one database user per rds-db:connect statement: %s", id, resJSON)
-				require.NotContains(t, resJSON, `/*`, id)
+				if dbConnect {
+					for _, res := range asSlice(st["Resource"]) {
+						resJSON := asJSON(t, res)
+						found := 0
+						for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, LegacyAppUser, SchemaOwnerRole} {
+							if strings.Contains(resJSON, `/`+user+`"`) {
+								connectUsers[user] = append(connectUsers[user], id)
+								found++
+							}
+						}
+						require.Equal(t, 1, found, "%s: one named database user per rds-db:connect resource: %s", id, resJSON)
+						require.NotContains(t, resJSON, `/*`, id)
+					}
+				}
 			}
 		}
+		// Each database user is reachable by exactly one function: the one
+		// it serves. Nobody connects as the owner role. Until it is
+		// retired, the three functions that shared inbox_app may still
+		// connect as it (the previous code serves during the deploy and
+		// after a rollback); the migrate function never.
+		for user, prefix := range map[string]string{
+			MasterUser: "MigrateFunction", WebhookUser: "WebhookFunction", WorkerUser: "WorkerFunction", PurgeUser: "PurgeFunction",
+		} {
+			require.Len(t, connectUsers[user], 1, "%s: %v", user, connectUsers[user])
+			require.True(t, strings.HasPrefix(connectUsers[user][0], prefix), "%s is granted to %v", user, connectUsers[user])
+		}
+		require.Empty(t, connectUsers[SchemaOwnerRole])
+		if s.settings.RetireLegacyAppRole {
+			require.Empty(t, connectUsers[LegacyAppUser])
+			continue
+		}
+		legacy := slices.Clone(connectUsers[LegacyAppUser])
+		for i, id := range legacy {
+			legacy[i] = id[:strings.Index(id, "Function")]
+		}
+		slices.Sort(legacy)
+		require.Equal(t, []string{"Purge", "Webhook", "Worker"}, legacy, connectUsers[LegacyAppUser])
 	}
-	// Each database user is reachable by exactly one function: the one it
-	// serves. Nobody connects as the retired shared user or the owner role.
-	for user, prefix := range map[string]string{
-		MasterUser: "MigrateFunction", WebhookUser: "WebhookFunction", WorkerUser: "WorkerFunction", PurgeUser: "PurgeFunction",
-	} {
-		require.Len(t, connectUsers[user], 1, "%s: %v", user, connectUsers[user])
-		require.True(t, strings.HasPrefix(connectUsers[user][0], prefix), "%s is granted to %v", user, connectUsers[user])
-	}
-	require.Empty(t, connectUsers[LegacyAppUser])
-	require.Empty(t, connectUsers[SchemaOwnerRole])
 }
 
 func TestOnlyTheWebhookHasAPublicURL(t *testing.T) {

@@ -23,6 +23,23 @@
 // None of them may create, alter or drop objects; only the worker may create
 // temporary tables (the database's TEMPORARY privilege is taken from PUBLIC).
 //
+// The earlier release's shared login (inbox_app) is retired in two phases, so
+// that neither the deploy window nor a rollback cuts the previous functions
+// off the database:
+//
+//   - kept (Roles.Legacy; the stack's default): if the role exists, it keeps
+//     exactly what the earlier release gave it: LOGIN with its secret's
+//     password, CONNECT and TEMPORARY on the database, USAGE on the schema,
+//     SELECT, INSERT, UPDATE and DELETE on every table (including the tables
+//     later migrations create, which the owner now owns), USAGE and SELECT on
+//     the sequences, and SELECT only on schema_migrations. It is never
+//     created: a database where it never existed (a new stack) does not get it.
+//   - retired (Roles.Retired; the stack's retireLegacyAppRole=true, a later
+//     deploy): stripped of every privilege and made NOLOGIN; an operator
+//     drops it. The step refuses to retire a role while the functions' own
+//     roles do not exist yet: that deploy would switch the functions and
+//     lock out the role the running ones use in one go.
+//
 // The deploy step connects as the RDS master user. On RDS that user is not a
 // PostgreSQL superuser: it is created NOSUPERUSER with CREATEROLE and CREATEDB
 // and is a member of rds_superuser, which lets it create roles and grant
@@ -104,10 +121,17 @@ type Roles struct {
 	Webhook string
 	Worker  string
 	Purge   string
-	// Retired are login roles of earlier releases (inbox_app, which the
-	// webhook, worker and purge shared). Each is stripped of every
-	// privilege in the database and made NOLOGIN; an operator drops it
-	// once no rollback to the earlier release is needed.
+	// Legacy is the login role the functions of the earlier release shared
+	// (inbox_app), kept working as that release left it while the new
+	// functions replace the old ones and a rollback may bring the old ones
+	// back (see the package comment). Only an existing role is kept; it is
+	// never created. Empty once it is retired.
+	Legacy string
+	// Retired are login roles of earlier releases (inbox_app, once the
+	// operator has confirmed that the functions run as their own roles).
+	// Each is stripped of every privilege in the database and made NOLOGIN;
+	// an operator drops it once no rollback to the earlier release is
+	// needed.
 	Retired []string
 }
 
@@ -141,6 +165,9 @@ func (r Roles) Validate(master string) error {
 	for _, l := range r.logins() {
 		check("the "+l[0]+"'s role", l[1])
 	}
+	if r.Legacy != "" {
+		check("the earlier release's shared role (kept)", r.Legacy)
+	}
 	for _, name := range r.Retired {
 		check("retired role", name)
 	}
@@ -150,9 +177,11 @@ func (r Roles) Validate(master string) error {
 	return nil
 }
 
-// Passwords are the login roles' passwords (from their secrets).
+// Passwords are the login roles' passwords (from their secrets). Legacy is
+// needed only when Roles.Legacy is set.
 type Passwords struct {
 	Webhook, Worker, Purge string
+	Legacy                 string
 }
 
 func (p Passwords) of(function string) string {
@@ -182,6 +211,9 @@ type Result struct {
 	// upgrading, nothing afterwards.
 	Reowned []string     `json:"reowned"`
 	Users   []UserResult `json:"users"`
+	// Legacy is what was done to the earlier release's shared role: nil
+	// when none is configured or it does not exist (a new stack).
+	Legacy *UserResult `json:"legacy"`
 	// Retired lists the retired roles that existed and were stripped.
 	Retired []string `json:"retired"`
 }
@@ -191,7 +223,8 @@ type Result struct {
 // it), makes the master a member of it, gives it schema public's objects the
 // master still owns, creates or updates the login roles with their
 // passwords, lets them connect and use the schema (but not create in it),
-// and retires the retired roles. It is idempotent.
+// keeps the legacy role's login (if it exists), and retires the retired
+// roles. It is idempotent.
 func Prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords) (Result, error) {
 	return prepare(ctx, conn, roles, pw, RDSIAMRole)
 }
@@ -208,6 +241,13 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 		}
 		verifiers[l[0]] = v
 	}
+	if roles.Legacy != "" {
+		v, err := scramVerifier(pw.Legacy)
+		if err != nil {
+			return res, fmt.Errorf("the earlier release's shared role %s: %w", roles.Legacy, err)
+		}
+		verifiers["legacy"] = v
+	}
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey); err != nil {
 			return fmt.Errorf("taking the role lock: %w", err)
@@ -220,6 +260,9 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 			return err
 		}
 		db := pgx.Identifier{database}.Sanitize()
+		if err := checkRetirement(ctx, tx, roles); err != nil {
+			return err
+		}
 
 		created, err := ensureOwner(ctx, tx, roles.Owner, master)
 		if err != nil {
@@ -259,6 +302,20 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 			}
 		}
 
+		if roles.Legacy != "" {
+			exists, err := roleExists(ctx, tx, roles.Legacy)
+			if err != nil {
+				return err
+			}
+			if exists {
+				u, err := keepLegacy(ctx, tx, roles.Legacy, verifiers["legacy"], db, iamRole)
+				res.Legacy = &u
+				if err != nil {
+					return err
+				}
+			}
+		}
+
 		for _, name := range roles.Retired {
 			var exists bool
 			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", name).Scan(&exists); err != nil {
@@ -287,6 +344,88 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 		return nil
 	})
 	return res, err
+}
+
+func roleExists(ctx context.Context, tx pgx.Tx, name string) (bool, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", name).Scan(&exists); err != nil {
+		return false, fmt.Errorf("looking up role %s: %w", name, err)
+	}
+	return exists, nil
+}
+
+// ErrRetiringTooEarly means the deploy step was asked to retire a role that
+// exists while the functions' own roles do not: the functions still running
+// use the retired role, and the deploy would lock them out before the new
+// ones replace them.
+var ErrRetiringTooEarly = errors.New("retiring a role the running functions still use")
+
+// checkRetirement refuses to retire an existing role in a database where the
+// functions' roles do not all exist yet: that is a deployment of the earlier
+// release (the functions run as the role to retire) being upgraded and
+// retired in one deploy. It fails before anything changes.
+func checkRetirement(ctx context.Context, tx pgx.Tx, roles Roles) error {
+	var live []string
+	for _, name := range roles.Retired {
+		exists, err := roleExists(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if exists {
+			live = append(live, name)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	var missing []string
+	for _, l := range roles.logins() {
+		exists, err := roleExists(ctx, tx, l[1])
+		if err != nil {
+			return err
+		}
+		if !exists {
+			missing = append(missing, l[1])
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s would be retired, but the functions' roles %s do not exist yet, so the running functions still log in as %s; "+
+		"deploy first without retiring it (stack setting retireLegacyAppRole=false, the default; RETIRED_DB_USERS empty and LEGACY_DB_USER=%s), "+
+		"check that the webhook, worker and purge run as their own roles, then retire it in a later deploy",
+		ErrRetiringTooEarly, strings.Join(live, ", "), strings.Join(missing, ", "), strings.Join(live, ", "), live[0])
+}
+
+// keepLegacy keeps the earlier release's shared login role working as that
+// release's deploy step left it: LOGIN with the secret's password, no
+// dangerous attribute, not a member of iamRole, CONNECT and TEMPORARY on
+// the database (TEMPORARY it had through PUBLIC, which Prepare revokes),
+// USAGE but not CREATE on the schema. Its table privileges are Grant's.
+func keepLegacy(ctx context.Context, tx pgx.Tx, user, verifier, db, iamRole string) (UserResult, error) {
+	res := UserResult{Role: user}
+	role := pgx.Identifier{user}.Sanitize()
+	if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER ROLE %s WITH LOGIN INHERIT PASSWORD '%s'", role, verifier)); err != nil {
+		return res, fmt.Errorf("keeping role %s: %w", user, err)
+	}
+	if err := checkAttributes(ctx, tx, user); err != nil {
+		return res, err
+	}
+	revoked, err := revokeIAM(ctx, tx, user, iamRole)
+	res.RevokedRDSIAM = revoked
+	if err != nil {
+		return res, err
+	}
+	for _, stmt := range []string{
+		"GRANT CONNECT, TEMPORARY ON DATABASE " + db + " TO " + role,
+		"GRANT USAGE ON SCHEMA public TO " + role,
+		"REVOKE CREATE ON SCHEMA public FROM " + role,
+	} {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return res, fmt.Errorf("keeping role %s (%s): %w", user, stmt, err)
+		}
+	}
+	return res, nil
 }
 
 // ensureOwner creates the NOLOGIN owner role if it is missing, refuses one
@@ -415,7 +554,9 @@ func ensureLogin(ctx context.Context, tx pgx.Tx, user, verifier, iamRole string)
 // it takes every privilege on schema public's tables and sequences from the
 // login roles and the retired roles and grants each login role exactly what
 // its function needs (see the package comment), including the default
-// privileges that give the worker the tables later migrations create.
+// privileges that give the worker the tables later migrations create. The
+// legacy role, if it exists, gets back what the earlier release gave it, on
+// every table, including those created since.
 // Running it after each deploy's migrations is what lets the webhook insert
 // columns later migrations add to webhook_inbox. conn must be the master's.
 func Grant(ctx context.Context, conn *pgx.Conn, roles Roles) error {
@@ -446,6 +587,17 @@ func Grant(ctx context.Context, conn *pgx.Conn, roles Roles) error {
 			return fmt.Errorf("looking up the retired roles: %w", err)
 		}
 		roles.Retired = retired
+		// Nor does a legacy role that never existed (a new stack): it is
+		// not created, so it gets nothing.
+		if roles.Legacy != "" {
+			exists, err := roleExists(ctx, tx, roles.Legacy)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				roles.Legacy = ""
+			}
+		}
 		for _, stmt := range grants(roles, columns) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("granting privileges (%s): %w", stmt, err)
@@ -495,7 +647,11 @@ func grants(roles Roles, webhookInsert []string) []string {
 	var out []string
 	// Start from nothing, so a privilege an earlier release (or an
 	// operator) granted does not linger.
-	for _, name := range append([]string{roles.Webhook, roles.Worker, roles.Purge}, roles.Retired...) {
+	all := append([]string{roles.Webhook, roles.Worker, roles.Purge}, roles.Retired...)
+	if roles.Legacy != "" {
+		all = append(all, roles.Legacy)
+	}
+	for _, name := range all {
 		r := q(name)
 		out = append(out,
 			"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "+r,
@@ -530,6 +686,22 @@ func grants(roles Roles, webhookInsert []string) []string {
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+worker,
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+worker,
 	)
+	if roles.Legacy != "" {
+		// The earlier release's shared role, while it is kept: what that
+		// release's deploy step granted it (the functions it ran did all
+		// three jobs), on every table the owner now owns, including tables
+		// created since (refunds, payment_links) and later ones. So the
+		// previous functions keep working during the deploy and after a
+		// rollback, whatever migrations this release applied.
+		legacy := q(roles.Legacy)
+		out = append(out,
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+legacy,
+			"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "+legacy,
+			"REVOKE INSERT, UPDATE, DELETE ON public.schema_migrations FROM "+legacy,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+legacy,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+legacy,
+		)
+	}
 	return out
 }
 

@@ -244,8 +244,13 @@ func TestDeployAsNonSuperuserMaster(t *testing.T) {
 	d := newDeployment(t, pgtest.Empty(t))
 	all, err := migrate.All()
 	require.NoError(t, err)
-	// A stack created after inbox_app was retired still lists it.
+	// A stack created after inbox_app was retired still lists it; one
+	// created before lists it as the shared role to keep (the stack's
+	// default), which is never created.
 	d.roles.Retired = []string{uniqueName("never_existed_t")}
+	d.roles.Legacy = uniqueName("never_existed_t")
+	d.pw.Legacy = password1
+	dropRoleOnCleanup(t, d.db, d.roles.Legacy)
 
 	sum := d.deploy(t)
 	require.Len(t, sum.Applied, len(all))
@@ -253,6 +258,10 @@ func TestDeployAsNonSuperuserMaster(t *testing.T) {
 	require.True(t, sum.Roles.OwnerCreated)
 	require.Empty(t, sum.Roles.Reowned, "a fresh database has nothing for the owner to take over")
 	require.Empty(t, sum.Roles.Retired, "a retired role that does not exist is skipped")
+	require.Nil(t, sum.Roles.Legacy, "the shared role to keep does not exist: it is not created")
+	var legacyExists bool
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", d.roles.Legacy).Scan(&legacyExists))
+	require.False(t, legacyExists, "a new stack never gets the shared role")
 	require.Len(t, sum.Roles.Users, 3)
 	for _, u := range sum.Roles.Users {
 		require.True(t, u.Created, u.Role)
@@ -493,20 +502,25 @@ func TestLaterMigrationsReachTheirRoles(t *testing.T) {
 	require.NoError(t, err, "Grant keeps the worker's privileges on later tables")
 }
 
-// TestUpgradeRetiresTheSharedAppRole: a deployment of the earlier release
-// ran migrations as the master (which owns the tables) and shared one role,
-// inbox_app, between the functions. The deploy step hands the tables to the
-// owner, and strips the shared role of every privilege and of its login, so
-// that an operator can drop it.
-func TestUpgradeRetiresTheSharedAppRole(t *testing.T) {
-	t.Parallel()
-	d := newDeployment(t, pgtest.Empty(t))
+// earlierRelease sets up what a deployment of the earlier release looks
+// like: its migrations (0001 to 0003) run as the master, which owns the
+// tables, and its deploy step's shared login role (inbox_app) with what that
+// step granted it. It returns the shared role's name.
+func earlierRelease(t *testing.T, d *deployment) string {
+	t.Helper()
 	legacy := uniqueName("inbox_app_t")
 	dropRoleOnCleanup(t, d.db, legacy)
-
-	// The earlier release's deploy step, as the master.
+	all, err := migrate.All()
+	require.NoError(t, err)
+	var earlier []migrate.Migration
+	for _, m := range all {
+		if m.Version <= "0003" {
+			earlier = append(earlier, m)
+		}
+	}
+	require.Len(t, earlier, 3)
 	master := d.connectAs(t, d.master)
-	_, err := migrate.Up(d.ctx, master)
+	_, err = migrate.Apply(d.ctx, master, earlier)
 	require.NoError(t, err)
 	for _, q := range []string{
 		"CREATE ROLE " + legacy + " LOGIN PASSWORD '" + password1 + "'",
@@ -514,6 +528,7 @@ func TestUpgradeRetiresTheSharedAppRole(t *testing.T) {
 		"GRANT USAGE ON SCHEMA public TO " + legacy,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + legacy,
 		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO " + legacy,
+		"REVOKE INSERT, UPDATE, DELETE ON public.schema_migrations FROM " + legacy,
 		"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO " + legacy,
 		"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO " + legacy,
 	} {
@@ -521,40 +536,189 @@ func TestUpgradeRetiresTheSharedAppRole(t *testing.T) {
 		require.NoError(t, err, q)
 	}
 	require.NoError(t, master.Close(d.ctx))
+	return legacy
+}
 
-	d.roles.Retired = []string{legacy}
-	sum := d.deploy(t)
-	require.Empty(t, sum.Applied)
-	require.Subset(t, sum.Roles.Reowned, []string{"public.webhook_inbox", "public.invoices", "public.ledger_entries",
-		"public.outbox", "public.anomalies", "public.schema_migrations"})
-	require.Equal(t, []string{legacy}, sum.Roles.Retired)
-	requireOwnedBy(t, d, d.roles.Owner)
+// requireEarlierFunctionsWork does, as the shared role, what the earlier
+// release's functions did: the webhook stores a receipt, the worker drains
+// it (the real worker, on a pool as the worker function opens it), the
+// purge runs, on the tables this release's migrations created too. An
+// operator's temp table works as it did. The role still cannot change the
+// schema or the migration ledger.
+func requireEarlierFunctionsWork(t *testing.T, d *deployment, legacy, eventID string) {
+	t.Helper()
+	conn := d.connectAs(t, legacy)
+	require.Equal(t, inbox.Stored, receive(t, conn, stripetest.Event(eventID, "invoice.paid", stripetest.Invoice("in_"+eventID, "cus_1", "paid", 1000))))
+	// The earlier release's insert did not name payload_raw.
+	_, err := conn.Exec(d.ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload)
+		VALUES ('stripe', 'billing', $1, 'customer.created', false, '{}')`, eventID+"_old")
+	require.NoError(t, err)
 
+	pool, err := database.Open(d.ctx, database.Config{URL: d.dsnAs(t, legacy), MaxConns: 3, PreparedStatements: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg := worker.Config{Concurrency: 1, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
+	w := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	_, err = w.Run(d.ctx)
+	require.NoError(t, err)
+	var processed bool
+	var lastError *string
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT processed_at IS NOT NULL, last_error FROM webhook_inbox WHERE event_id = $1", eventID).
+		Scan(&processed, &lastError))
+	require.Nil(t, lastError, "the worker as %s", legacy)
+	require.True(t, processed, "the worker as %s", legacy)
+
+	pcfg := retention.Config{Retention: 30 * retention.Day, ScrubAfter: 7 * retention.Day}.WithDefaults()
+	_, err = retention.New(conn, pcfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil)).Run(d.ctx)
+	require.NoError(t, err, "the purge as %s", legacy)
+
+	for _, q := range []string{
+		"INSERT INTO refunds (id, amount, status, succeeded) VALUES ('re_" + eventID + "', 100, 'succeeded', true)",
+		"UPDATE refunds SET status = 'failed' WHERE id = 're_" + eventID + "'",
+		"DELETE FROM refunds WHERE id = 're_" + eventID + "'",
+		"INSERT INTO payment_links (payment_id, invoice_id) VALUES ('ch_" + eventID + "', 'in_1')",
+		"UPDATE payment_links SET has_refunds = true WHERE payment_id = 'ch_" + eventID + "'",
+		"SELECT payload_raw FROM webhook_inbox",
+		"UPDATE webhook_inbox SET payload_raw = NULL WHERE event_id = '" + eventID + "'",
+		"SELECT version FROM schema_migrations",
+		"CREATE TEMP TABLE scratch (id int)",
+	} {
+		_, err := conn.Exec(d.ctx, q)
+		require.NoError(t, err, q)
+	}
+	requireDenied(t, conn, ddl...)
+	// The session's temporary table is the role's until the session ends.
+	require.NoError(t, conn.Close(d.ctx))
+}
+
+// requireRetired checks that role cannot log in and holds no privilege on
+// any table or sequence of schema public.
+func requireRetired(t *testing.T, d *deployment, role string) {
+	t.Helper()
 	var login bool
-	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", legacy).Scan(&login))
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", role).Scan(&login))
 	require.False(t, login)
-	_, err = pgx.ConnectConfig(d.ctx, d.config(t, legacy))
+	_, err := pgx.ConnectConfig(d.ctx, d.config(t, role))
 	requireSQLState(t, err, "28000")
-	var privileged []string
 	rows, err := d.db.Pool.Query(d.ctx, `SELECT c.relname FROM pg_class c
 		WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'S')
 		  AND (CASE c.relkind WHEN 'S' THEN has_sequence_privilege($1, c.oid, 'USAGE, SELECT, UPDATE')
-		       ELSE has_table_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') END)`, legacy)
+		       ELSE has_table_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') END)`, role)
 	require.NoError(t, err)
-	privileged, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	privileged, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Empty(t, privileged, "the retired role keeps privileges")
+}
 
-	// The new roles work after the upgrade.
+// TestUpgradeRetiresTheSharedAppRoleInTwoDeploys: upgrading a deployment of
+// the earlier release, whose functions all log in as the shared role
+// (inbox_app).
+//
+// The first deploy (stack default) creates the functions' roles and hands
+// the tables to the owner, but keeps the shared role working as before,
+// on the tables this release's migrations add too: while CloudFormation
+// updates the functions the old ones still run as it, and a rollback brings
+// them back. A second deploy (retireLegacyAppRole=true) strips it and takes
+// its login. Rolling that deploy back (the first deploy's step runs again)
+// restores it; after the second deploy the operator can drop it.
+func TestUpgradeRetiresTheSharedAppRoleInTwoDeploys(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
+	legacy := earlierRelease(t, d)
+	earlierWork := func(eventID string) { t.Helper(); requireEarlierFunctionsWork(t, d, legacy, eventID) }
+
+	// Deploy 1: the stack's default.
+	d.roles.Legacy = legacy
+	d.pw.Legacy = password1
+	sum := d.deploy(t)
+	require.Equal(t, []string{"0004", "0005", "0007"}, versions(sum.Applied))
+	require.Subset(t, sum.Roles.Reowned, []string{"public.webhook_inbox", "public.invoices", "public.ledger_entries",
+		"public.outbox", "public.anomalies", "public.schema_migrations"})
+	require.Equal(t, &UserResult{Role: legacy}, sum.Roles.Legacy)
+	require.Empty(t, sum.Roles.Retired)
+	requireOwnedBy(t, d, d.roles.Owner)
+	requirePassword(t, d.db, legacy, password1)
+	earlierWork("evt_window")
+
+	// The new functions work alongside.
 	require.Equal(t, inbox.Stored, receive(t, d.connectAs(t, d.roles.Webhook),
-		stripetest.Event("evt_1", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000))))
+		stripetest.Event("evt_new", "invoice.paid", stripetest.Invoice("in_new", "cus_1", "paid", 1000))))
 
-	// A second deploy has nothing left to hand over, and the operator can
-	// then drop the retired role as the master.
+	// Deploying again (any later release, same setting) keeps it working.
 	sum = d.deploy(t)
 	require.Empty(t, sum.Roles.Reowned)
-	_, err = d.connectAs(t, d.master).Exec(d.ctx, "DROP ROLE "+legacy)
+	require.NotNil(t, sum.Roles.Legacy)
+	earlierWork("evt_again")
+
+	// Deploy 2: retireLegacyAppRole=true.
+	phase2 := func() {
+		t.Helper()
+		d.roles.Legacy, d.pw.Legacy = "", ""
+		d.roles.Retired = []string{legacy}
+		sum := d.deploy(t)
+		require.Equal(t, []string{legacy}, sum.Roles.Retired)
+		require.Nil(t, sum.Roles.Legacy)
+		requireRetired(t, d, legacy)
+		require.Equal(t, inbox.Stored, receive(t, d.connectAs(t, d.roles.Webhook),
+			stripetest.Event(uniqueName("evt"), "invoice.paid", stripetest.Invoice("in_2", "cus_1", "paid", 1000))))
+	}
+	phase2()
+
+	// That deploy rolled back (the first deploy's step runs again), or the
+	// operator turned the setting off again after it succeeded (then
+	// CloudFormation had deleted the secret, and the new one has a new
+	// password): the shared role works again, with the secret's password.
+	d.roles.Legacy, d.pw.Legacy, d.roles.Retired = legacy, password2, nil
+	d.deploy(t)
+	requirePassword(t, d.db, legacy, password2)
+	earlierWork("evt_rollback")
+
+	phase2()
+	_, err := d.connectAs(t, d.master).Exec(d.ctx, "DROP ROLE "+legacy)
 	require.NoError(t, err, "nothing depends on the retired role any more")
+
+	// Once dropped, the first deploy's setting does not bring it back.
+	d.roles.Legacy, d.pw.Legacy, d.roles.Retired = legacy, password1, nil
+	sum = d.deploy(t)
+	require.Nil(t, sum.Roles.Legacy)
+	var exists bool
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", legacy).Scan(&exists))
+	require.False(t, exists, "the shared role is never created")
+}
+
+func versions(applied []string) []string {
+	out := make([]string, len(applied))
+	for i, a := range applied {
+		out[i], _, _ = strings.Cut(a, "_")
+	}
+	return out
+}
+
+// TestRetiringTheSharedAppRoleInTheUpgradeDeployIsRefused: retiring the
+// shared role in the very deploy that creates the functions' roles would
+// lock the running (earlier) functions out until CloudFormation replaces
+// them, and for good if it rolls them back. The step refuses before it
+// changes anything, which fails the deploy.
+func TestRetiringTheSharedAppRoleInTheUpgradeDeployIsRefused(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
+	legacy := earlierRelease(t, d)
+	d.roles.Retired = []string{legacy}
+
+	_, err := d.deployer(t).Run(d.ctx)
+	require.ErrorIs(t, err, ErrRetiringTooEarly)
+	require.ErrorContains(t, err, "retireLegacyAppRole=false")
+	require.Equal(t, 3, d.db.Count(t, "schema_migrations", ""), "nothing is migrated")
+	var login bool
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", legacy).Scan(&login))
+	require.True(t, login)
+	var created bool
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", d.roles.Webhook).Scan(&created))
+	require.False(t, created, "nothing is created")
+	// The earlier release's webhook still stores receipts as the shared role.
+	_, err = d.connectAs(t, legacy).Exec(d.ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload)
+		VALUES ('stripe', 'billing', 'evt_refused', 'invoice.paid', false, '{}')`)
+	require.NoError(t, err)
 }
 
 func TestDeployChangesPasswordsOnRerun(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,16 +19,19 @@ type Config struct {
 	// the roles and SET ROLEs to the owner for migrations.
 	Database database.Config
 	// Roles are the role names: SCHEMA_OWNER_ROLE, WEBHOOK_DB_USER,
-	// WORKER_DB_USER, PURGE_DB_USER, and RETIRED_DB_USERS (optional,
-	// comma-separated: roles of earlier releases to strip, e.g. inbox_app).
+	// WORKER_DB_USER, PURGE_DB_USER, LEGACY_DB_USER (optional: the earlier
+	// release's shared role, kept working if it exists, e.g. inbox_app) and
+	// RETIRED_DB_USERS (optional, comma-separated: roles of earlier
+	// releases to strip, e.g. inbox_app in a later deploy).
 	Roles Roles
 	// SecretARNs are the login roles' Secrets Manager secrets, JSON
-	// {"username": ..., "password": ...}, keyed by function
-	// (WEBHOOK_DB_SECRET_ARN, WORKER_DB_SECRET_ARN, PURGE_DB_SECRET_ARN;
-	// AWS). RDS Proxy logs in with the same secrets.
+	// {"username": ..., "password": ...}, keyed by function, or "legacy"
+	// (WEBHOOK_DB_SECRET_ARN, WORKER_DB_SECRET_ARN, PURGE_DB_SECRET_ARN,
+	// LEGACY_DB_SECRET_ARN; AWS). RDS Proxy logs in with the same secrets.
 	SecretARNs map[string]string
 	// Passwords are the passwords given directly (WEBHOOK_DB_PASSWORD,
-	// WORKER_DB_PASSWORD, PURGE_DB_PASSWORD; local runs only).
+	// WORKER_DB_PASSWORD, PURGE_DB_PASSWORD, LEGACY_DB_PASSWORD; local
+	// runs only).
 	Passwords Passwords
 	// ConnectWait is how long to keep retrying the first connection
 	// (CONNECT_WAIT, default 4m): on a stack's first deploy the proxy's
@@ -62,13 +66,14 @@ func LoadConfig(env func(string) string) (Config, error) {
 			Webhook: get("WEBHOOK_DB_USER"),
 			Worker:  get("WORKER_DB_USER"),
 			Purge:   get("PURGE_DB_USER"),
+			Legacy:  get("LEGACY_DB_USER"),
 		},
 		SecretARNs:  map[string]string{},
 		ConnectWait: 4 * time.Minute,
 	}
 	for _, k := range []string{"APP_DB_USER", "APP_DB_SECRET_ARN", "APP_DB_PASSWORD"} {
 		if get(k) != "" {
-			addf("%s is no longer read: each function has a role of its own (WEBHOOK_DB_USER, WORKER_DB_USER, PURGE_DB_USER, each with its _DB_SECRET_ARN or _DB_PASSWORD); list the old role in RETIRED_DB_USERS", k)
+			addf("%s is no longer read: each function has a role of its own (WEBHOOK_DB_USER, WORKER_DB_USER, PURGE_DB_USER, each with its _DB_SECRET_ARN or _DB_PASSWORD); name the old role in LEGACY_DB_USER (kept working while the new functions replace the old ones) or, in a later deploy, RETIRED_DB_USERS", k)
 		}
 	}
 	if raw := get("RETIRED_DB_USERS"); raw != "" {
@@ -100,7 +105,20 @@ func LoadConfig(env func(string) string) (Config, error) {
 			addf("roles: %v", err)
 		}
 	}
-	for _, fn := range Functions {
+	withSecret := Functions
+	if c.Roles.Legacy != "" {
+		withSecret = append(slices.Clip(Functions), "legacy")
+		if slices.Contains(c.Roles.Retired, c.Roles.Legacy) {
+			addf("LEGACY_DB_USER=%s is also in RETIRED_DB_USERS: keep it (LEGACY_DB_USER, while a rollback to the release that used it may happen) or retire it (RETIRED_DB_USERS), not both", c.Roles.Legacy)
+		}
+	} else {
+		for _, k := range []string{"LEGACY_DB_SECRET_ARN", "LEGACY_DB_PASSWORD"} {
+			if get(k) != "" {
+				addf("%s is set but LEGACY_DB_USER is not: name the role the secret is for, or unset it", k)
+			}
+		}
+	}
+	for _, fn := range withSecret {
 		prefix := strings.ToUpper(fn) + "_DB_"
 		arn, password := get(prefix+"SECRET_ARN"), get(prefix+"PASSWORD")
 		switch {
@@ -120,9 +138,13 @@ func LoadConfig(env func(string) string) (Config, error) {
 				c.Passwords.Webhook = password
 			case "worker":
 				c.Passwords.Worker = password
+			case "legacy":
+				c.Passwords.Legacy = password
 			default:
 				c.Passwords.Purge = password
 			}
+		case fn == "legacy":
+			addf("no password for LEGACY_DB_USER=%s: set LEGACY_DB_SECRET_ARN=arn:aws:secretsmanager:... (AWS; the role's existing secret) or LEGACY_DB_PASSWORD (local)", c.Roles.Legacy)
 		default:
 			addf("no password for the %s's role: set %sSECRET_ARN=arn:aws:secretsmanager:... (AWS) or %sPASSWORD (local)", fn, prefix, prefix)
 		}

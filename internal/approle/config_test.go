@@ -51,6 +51,15 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, 4*time.Minute, c.ConnectWait)
 	})
 
+	t.Run("AWS, keeping the earlier release's shared role", func(t *testing.T) {
+		t.Parallel()
+		c, err := LoadConfig(awsEnv(map[string]string{"RETIRED_DB_USERS": "", "LEGACY_DB_USER": "inbox_app", "LEGACY_DB_SECRET_ARN": testSecretARN + "app"}))
+		require.NoError(t, err)
+		require.Equal(t, "inbox_app", c.Roles.Legacy)
+		require.Empty(t, c.Roles.Retired)
+		require.Equal(t, testSecretARN+"app", c.SecretARNs["legacy"])
+	})
+
 	t.Run("Local", func(t *testing.T) {
 		t.Parallel()
 		c, err := LoadConfig(func(k string) string {
@@ -88,6 +97,13 @@ func TestLoadConfig(t *testing.T) {
 		{"bad role", map[string]string{"WORKER_DB_USER": "Inbox"}, []string{"lower-case"}},
 		{"the earlier release's variables", map[string]string{"APP_DB_USER": "inbox_app"}, []string{"APP_DB_USER is no longer read", "RETIRED_DB_USERS"}},
 		{"bad wait", map[string]string{"CONNECT_WAIT": "forever"}, []string{"CONNECT_WAIT"}},
+		{"legacy role without its secret", map[string]string{"RETIRED_DB_USERS": "", "LEGACY_DB_USER": "inbox_app"},
+			[]string{"no password for LEGACY_DB_USER=inbox_app", "LEGACY_DB_SECRET_ARN"}},
+		{"legacy role kept and retired", map[string]string{"LEGACY_DB_USER": "inbox_app", "LEGACY_DB_SECRET_ARN": testSecretARN + "app"},
+			[]string{"LEGACY_DB_USER=inbox_app is also in RETIRED_DB_USERS"}},
+		{"legacy secret without the role", map[string]string{"LEGACY_DB_SECRET_ARN": testSecretARN + "app"}, []string{"LEGACY_DB_USER is not"}},
+		{"legacy role is a function's", map[string]string{"RETIRED_DB_USERS": "", "LEGACY_DB_USER": "inbox_worker", "LEGACY_DB_PASSWORD": password1},
+			[]string{"each needs a role of its own"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -104,7 +104,7 @@ func (d *Deployer) Run(ctx context.Context) (Summary, error) {
 		return sum, fmt.Errorf("preparing the database roles: %w", err)
 	}
 	d.Logger.Info("database roles prepared", "owner", roles.Owner, "owner_created", roles.OwnerCreated,
-		"reowned", roles.Reowned, "users", roles.Users, "retired", roles.Retired)
+		"reowned", roles.Reowned, "users", roles.Users, "legacy", roles.Legacy, "retired", roles.Retired)
 
 	// Migrations run as the owner, so the objects they create are its.
 	owner := pgx.Identifier{d.Roles.Owner}.Sanitize()
