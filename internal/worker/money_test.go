@@ -246,29 +246,8 @@ func TestDescriptiveFieldsFollowTheNewestSnapshot(t *testing.T) {
 // invoice.
 func TestRefundsBookedBeforeTheUpgradeAreReversedAndMovedOnce(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Empty(t)
-	ctx := context.Background()
-	all, err := migrate.All()
-	require.NoError(t, err)
-	var before []migrate.Migration
-	for _, m := range all {
-		if m.Version < "0005" {
-			before = append(before, m)
-		}
-	}
-	conn := db.Connect(t)
-	_, err = migrate.Apply(ctx, conn, before)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+	b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
 		VALUES ('ch_1', 'refund:re_1', -300, 'usd', 'evt_old'), ('in_2', 'refund:re_2', -100, 'usd', 'evt_old')`)
-	require.NoError(t, err)
-	_, err = migrate.Up(ctx, conn)
-	require.NoError(t, err)
-
-	pool, err := database.Open(ctx, database.Config{URL: db.URL, MaxConns: 4, PreparedStatements: true}, nil)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	b := &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}, batchSize: testBatchSize(t)}
 	w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
 	paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
 	paid["charge"] = "ch_1"
@@ -282,6 +261,137 @@ func TestRefundsBookedBeforeTheUpgradeAreReversedAndMovedOnce(t *testing.T) {
 		b.run(t, w)
 	}
 	require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300", "in_2 refund:re_2 -100"}, b.ledger(t))
+}
+
+// upgradedWith returns a bundle on a database migrated up to 0004, then
+// given the rows of sql (the ledger as the code before 0005 left it), then
+// migrated to the end.
+func upgradedWith(t *testing.T, sql string) *testBundle {
+	t.Helper()
+	db := pgtest.Empty(t)
+	ctx := context.Background()
+	all, err := migrate.All()
+	require.NoError(t, err)
+	var before []migrate.Migration
+	for _, m := range all {
+		if m.Version < "0005" {
+			before = append(before, m)
+		}
+	}
+	conn := db.Connect(t)
+	_, err = migrate.Apply(ctx, conn, before)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, sql)
+	require.NoError(t, err)
+	_, err = migrate.Up(ctx, conn)
+	require.NoError(t, err)
+
+	pool, err := database.Open(ctx, database.Config{URL: db.URL, MaxConns: 4, PreparedStatements: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}, batchSize: testBatchSize(t)}
+}
+
+// A refund and its reversal are always booked under one key: the refund's
+// invoice as soon as any event has told it, else one fallback key, whichever
+// event computes which key. Review finding: each event recomputed the key,
+// so a refund booked under one key was reversed under another.
+func TestARefundAndItsReversalAreNeverSplitAcrossKeys(t *testing.T) {
+	t.Parallel()
+	// Booked under its invoice before 0005 (old charge.refunded, whose
+	// charge named the invoice): a failure after the upgrade, whose event
+	// names only the charge (no link known: the invoice was paid before
+	// payment_links existed), is reversed under the invoice too.
+	t.Run("booked under the invoice before the upgrade, then failed", func(t *testing.T) {
+		t.Parallel()
+		b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+			VALUES ('in_1', 'payment', 1000, 'usd', 'evt_old0'), ('in_1', 'refund:re_1', -300, 'usd', 'evt_old')`)
+		w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+		b.receive(t, stripetest.Event("evt_f", "refund.failed", stripetest.RefundIn("re_1", "ch_1", "failed", 300)))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300"}, b.ledger(t))
+		require.Equal(t, 1, b.db.Count(t, "refunds", "id = 're_1' AND booked_under = 'in_1'"))
+	})
+	// Booked under a py_ charge before 0005 (a charge of another payment
+	// method): the backfill records its charge, so a later link of that
+	// charge moves it, and its reversal goes next to it.
+	t.Run("booked under a py_ charge before the upgrade, then linked and failed", func(t *testing.T) {
+		t.Parallel()
+		b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+			VALUES ('py_1', 'refund:re_1', -300, 'usd', 'evt_old'), ('re_2', 'refund:re_2', -50, 'usd', 'evt_old')`)
+		w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+		paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
+		paid["charge"] = "py_1"
+		b.receive(t, stripetest.Event("evt_p", "invoice.paid", paid))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "re_2 refund:re_2 -50"}, b.ledger(t))
+		b.receive(t, stripetest.Event("evt_f", "refund.failed", stripetest.RefundIn("re_1", "py_1", "failed", 300)))
+		b.receive(t, stripetest.Event("evt_f2", "refund.failed", stripetest.RefundIn("re_2", "", "failed", 50)))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300",
+			"re_2 refund:re_2 -50", "re_2 refund_reversal:re_2 50"}, b.ledger(t))
+	})
+
+	// A link moves the refunds the refunds table names the payment in, even
+	// when the payment's link row does not say it has refunds (here the
+	// backfill's marks are gone).
+	t.Run("a refund whose charge's link row is not marked", func(t *testing.T) {
+		t.Parallel()
+		b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+			VALUES ('ch_1', 'refund:re_1', -300, 'usd', 'evt_old')`)
+		_, err := b.pool.Exec(context.Background(), "DELETE FROM payment_links")
+		require.NoError(t, err)
+		w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+		paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
+		paid["charge"] = "ch_1"
+		b.receive(t, stripetest.Event("evt_p", "invoice.paid", paid))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300"}, b.ledger(t))
+	})
+
+	pi := func(r map[string]any) map[string]any { r["payment_intent"] = "pi_1"; return r }
+	invoicePayment := map[string]any{"id": "inpay_1", "object": "invoice_payment", "invoice": "in_1", "status": "paid",
+		"payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_1"}}
+	want := []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300"}
+	for name, events := range map[string][][]byte{
+		// The refund's first event names only the charge (booked under it);
+		// the invoice's link names only the PaymentIntent (nothing to move:
+		// no refund names it yet); a later event of the refund names both:
+		// it reveals the invoice, and moves the refund there with its
+		// reversal.
+		"charge only, then a PaymentIntent link, then an event naming both": {
+			stripetest.Event("evt_1", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			stripetest.Event("evt_2", "invoice_payment.paid", invoicePayment),
+			stripetest.Event("evt_3", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000)),
+			stripetest.Event("evt_4", "refund.failed", pi(stripetest.RefundIn("re_1", "ch_1", "failed", 300)))},
+		// The same, the event naming both first (no link known yet), then the
+		// link: the link moves the refund by its PaymentIntent.
+		"charge only, then both, then the PaymentIntent link": {
+			stripetest.Event("evt_1", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			stripetest.Event("evt_4", "refund.failed", pi(stripetest.RefundIn("re_1", "ch_1", "failed", 300))),
+			stripetest.Event("evt_2", "invoice_payment.paid", invoicePayment),
+			stripetest.Event("evt_3", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000))},
+		// Linked first; the failure names only the charge: its reversal goes
+		// under the invoice the refund is already attributed to, not under
+		// the charge.
+		"both, then the link, then a failure naming only the charge": {
+			stripetest.Event("evt_1", "refund.created", pi(stripetest.RefundIn("re_1", "ch_1", "succeeded", 300))),
+			stripetest.Event("evt_2", "invoice_payment.paid", invoicePayment),
+			stripetest.Event("evt_3", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000)),
+			stripetest.Event("evt_4", "refund.failed", stripetest.RefundIn("re_1", "ch_1", "failed", 300))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+			for _, ev := range events {
+				b.receive(t, ev)
+				b.run(t, w)
+			}
+			require.Equal(t, want, b.ledger(t))
+			require.Equal(t, 1, b.db.Count(t, "refunds", "id = 're_1' AND invoice_id = 'in_1' AND booked_under = 'in_1'"))
+		})
+	}
 }
 
 // Point 3 under concurrency: a refund booked in one transaction and the
