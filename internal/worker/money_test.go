@@ -395,42 +395,84 @@ func TestARefundAndItsReversalAreNeverSplitAcrossKeys(t *testing.T) {
 }
 
 // Point 3 under concurrency: a refund booked in one transaction and the
-// charge -> invoice link recorded in another, at the same time, end with the
-// refund under the invoice whichever commits first. Both take the link row
-// first, so the second waits for the first and then sees what it did.
+// charge -> invoice (or PaymentIntent -> invoice) link recorded in another,
+// at the same time, end with the refund, and its reversal, under the invoice
+// whichever commits first. Both take the link row, or the refund's row,
+// before they book, so the second waits for the first and then sees what it
+// did.
 func TestConcurrentRefundAndLinkEndUnderTheInvoice(t *testing.T) {
 	t.Parallel()
 	paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
 	paid["charge"] = "ch_1"
-	refund := handlers.Event{ID: "evt_r", Type: "refund.created",
-		Payload: stripetest.Event("evt_r", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300))}
-	link := handlers.Event{ID: "evt_p", Type: "invoice.paid", Payload: stripetest.Event("evt_p", "invoice.paid", paid)}
-	for name, order := range map[string][2]handlers.Event{"refund first": {refund, link}, "link first": {link, refund}} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setup(t)
-			reg := handlers.Default()
-			txA, err := b.db.Connect(t).Begin(ctx)
-			require.NoError(t, err)
-			_, err = reg.Apply(ctx, txA, order[0])
-			require.NoError(t, err)
-			connB := b.db.Connect(t)
-			done := make(chan error, 1)
-			go func() {
-				txB, err := connB.Begin(ctx)
-				if err == nil {
-					if _, err = reg.Apply(ctx, txB, order[1]); err == nil {
-						err = txB.Commit(ctx)
-					}
+	ev := func(id, typ string, object map[string]any) handlers.Event {
+		return handlers.Event{ID: id, Type: typ, Payload: stripetest.Event(id, typ, object)}
+	}
+	pi := func(r map[string]any) map[string]any { r["payment_intent"] = "pi_1"; return r }
+	invoicePayment := ev("evt_ip", "invoice_payment.paid", map[string]any{"id": "inpay_1", "object": "invoice_payment", "invoice": "in_1",
+		"status": "paid", "payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_1"}})
+	for name, tc := range map[string]struct {
+		before       []handlers.Event // committed first
+		refund, link handlers.Event   // then these two, concurrently
+		want         []string
+	}{
+		"a charge's refund and the charge's link": {
+			refund: ev("evt_r", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			link:   ev("evt_p", "invoice.paid", paid),
+			want:   []string{"in_1 payment 1000", "in_1 refund:re_1 -300"},
+		},
+		// Booked under the charge; the failure names the PaymentIntent the
+		// link names: the refund and its reversal end together under the
+		// invoice.
+		"a failure naming the PaymentIntent and its link": {
+			before: []handlers.Event{ev("evt_r", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300))},
+			refund: ev("evt_f", "refund.failed", pi(stripetest.RefundIn("re_1", "ch_1", "failed", 300))),
+			link:   invoicePayment,
+			want:   []string{"in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300"},
+		},
+		// The refund row knows the PaymentIntent; the event that books it
+		// names only the charge, while the link names only the PaymentIntent:
+		// they meet on the refund's row.
+		"a success naming only the charge and the PaymentIntent's link": {
+			before: []handlers.Event{ev("evt_r", "refund.created", pi(stripetest.RefundIn("re_1", "ch_1", "pending", 300)))},
+			refund: ev("evt_s", "refund.updated", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			link:   invoicePayment,
+			want:   []string{"in_1 refund:re_1 -300"},
+		},
+	} {
+		for order, pair := range map[string][2]handlers.Event{"refund first": {tc.refund, tc.link}, "link first": {tc.link, tc.refund}} {
+			t.Run(name+", "+order, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				b := setup(t)
+				reg := handlers.Default()
+				for _, e := range tc.before {
+					tx, err := b.pool.Begin(ctx)
+					require.NoError(t, err)
+					_, err = reg.Apply(ctx, tx, e)
+					require.NoError(t, err)
+					require.NoError(t, tx.Commit(ctx))
 				}
-				done <- err
-			}()
-			b.db.WaitForLockWaiter(t) // the second waits for the first's link row
-			require.NoError(t, txA.Commit(ctx))
-			require.NoError(t, <-done)
-			require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300"}, b.ledger(t))
-		})
+				txA, err := b.db.Connect(t).Begin(ctx)
+				require.NoError(t, err)
+				_, err = reg.Apply(ctx, txA, pair[0])
+				require.NoError(t, err)
+				connB := b.db.Connect(t)
+				done := make(chan error, 1)
+				go func() {
+					txB, err := connB.Begin(ctx)
+					if err == nil {
+						if _, err = reg.Apply(ctx, txB, pair[1]); err == nil {
+							err = txB.Commit(ctx)
+						}
+					}
+					done <- err
+				}()
+				b.db.WaitForLockWaiter(t) // the second waits for a link row or the refund's row
+				require.NoError(t, txA.Commit(ctx))
+				require.NoError(t, <-done)
+				require.Equal(t, tc.want, b.ledger(t))
+			})
+		}
 	}
 }
 
