@@ -127,10 +127,9 @@ var (
 // refundEntries is the tail of a statement that books what refund rows call
 // for: from a CTE named refund_rows with the rows' id, amount, currency,
 // status, succeeded and booked_under, and $EVENT (the event id parameter,
-// see withEvent). Each entry is inserted
-// under the row's booked_under once, and an entry already booked under
-// another key is moved there (an UPDATE of invoice_id only, never of the
-// amount). ON CONFLICT DO UPDATE sees the entry's latest version, not the
+// see withEvent). Each entry is inserted under the row's booked_under once,
+// and an entry already booked under another key is moved there (an UPDATE
+// of invoice_id only, never of the amount). ON CONFLICT DO UPDATE sees the entry's latest version, not the
 // statement's snapshot, so an entry a concurrent transaction committed after
 // the snapshot is moved too; and every statement that writes a refund's
 // entries holds its refunds row's lock, so the row it read is the latest.

@@ -29,8 +29,8 @@ import (
 // any order. (Basing the entries on the highest status alone would leave no
 // entries when the failure comes first and two when it comes last.) A refund
 // that went pending -> failed, or pending -> canceled, books nothing. The
-// original entry is never updated: a failure adds its own entry, under its
-// own unique key.
+// original entry's amount is never updated: a failure adds its own entry,
+// under its own unique key.
 //
 // A refund's entries are both booked under one key, recorded on its row
 // (refunds.booked_under): its invoice once any event has told it (a link of
