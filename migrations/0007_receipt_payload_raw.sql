@@ -17,5 +17,12 @@
 -- Operators find such receipts with: WHERE payload_raw IS NOT NULL.
 -- The purge's payload scrubbing clears payload_raw with payload.
 --
--- A nullable column without a default: adding it rewrites nothing.
+-- A nullable column without a default: adding it rewrites nothing, but it
+-- still takes an ACCESS EXCLUSIVE lock on webhook_inbox, held until this
+-- migration's transaction commits (the runner applies each file in one
+-- transaction), and while it waits for that lock every webhook insert queues
+-- behind it. So a deploy that cannot get it within 5s (a long query holds the
+-- table) fails and rolls back instead; deploy again when the query is gone.
+SET LOCAL lock_timeout = '5s';
+
 ALTER TABLE webhook_inbox ADD COLUMN payload_raw bytea;

@@ -31,6 +31,15 @@ import (
 // uses DB only from its own goroutine, reads a row (Scan) or closes Rows
 // before its next call, as with pgx, and keeps its statements in the
 // transaction it is given (no COMMIT, ROLLBACK or savepoints of its own).
+//
+// A handler may run more than once for one receipt: when a batch
+// transaction fails (another receipt's handler broke it, the connection was
+// lost), nothing of it commits and the worker runs each of its receipts'
+// handlers again, one transaction each; a deadlock reruns one alone after
+// the batch; a failure reruns it after a backoff. So a handler has no
+// effects outside the database (no HTTP calls, no messages sent, no
+// files): what must reach the outside world goes through the outbox, in the
+// same transaction, and is sent only once it has committed.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

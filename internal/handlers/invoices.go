@@ -87,29 +87,29 @@ func transition(ctx context.Context, tx DB, ev Event, inv invoice, target string
 		inv.created, statusRank[target], ev.ID); err != nil {
 		return fmt.Errorf("moving invoice %s to %s: %w", inv.ID, target, err)
 	}
-	return link(ctx, tx, inv.ID, inv.payments())
+	return link(ctx, tx, ev, inv.ID, inv.payments())
 }
 
-// link records that payments paid invoiceID and, when a refund of one of
-// them was booked before the link was known, moves its entries to the
-// invoice.
-func link(ctx context.Context, tx DB, invoiceID string, payments []string) error {
+// link records that payments paid invoiceID (and ev is the event that
+// says so) and, when a refund of one of them may still be booked under
+// another key, attributes it to the invoice and moves its entries there.
+func link(ctx context.Context, tx DB, ev Event, invoiceID string, payments []string) error {
 	if len(payments) == 0 {
 		return nil
 	}
-	var move bool
-	if err := tx.QueryRow(ctx, linkPayments, invoiceID, payments).Scan(&move); err != nil {
+	var attribute bool
+	if err := tx.QueryRow(ctx, linkPayments, invoiceID, payments).Scan(&attribute); err != nil {
 		return fmt.Errorf("linking payments %v to invoice %s: %w", payments, invoiceID, err)
 	}
-	if move {
-		return moveRefunds(ctx, tx, invoiceID, payments)
+	if attribute {
+		return attributeRefundsTo(ctx, tx, ev, invoiceID, payments)
 	}
 	return nil
 }
 
-func moveRefunds(ctx context.Context, tx DB, invoiceID string, payments []string) error {
-	if _, err := tx.Exec(ctx, moveRefundEntries, invoiceID, payments); err != nil {
-		return fmt.Errorf("moving refunds of %v to invoice %s: %w", payments, invoiceID, err)
+func attributeRefundsTo(ctx context.Context, tx DB, ev Event, invoiceID string, payments []string) error {
+	if _, err := tx.Exec(ctx, attributeRefunds, invoiceID, payments, ev.ID); err != nil {
+		return fmt.Errorf("attributing refunds of %v to invoice %s: %w", payments, invoiceID, err)
 	}
 	return nil
 }
@@ -180,7 +180,7 @@ func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID, err)
 	}
 	if move {
-		if err := moveRefunds(ctx, tx, inv.ID, payments); err != nil {
+		if err := attributeRefundsTo(ctx, tx, ev, inv.ID, payments); err != nil {
 			return Result{}, err
 		}
 	}

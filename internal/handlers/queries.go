@@ -1,5 +1,10 @@
 package handlers
 
+import (
+	"fmt"
+	"strings"
+)
+
 // The SQL of the business tables (invoices, ledger_entries, outbox,
 // anomalies). Invoice status transitions follow Stripe's lifecycle:
 //
@@ -51,8 +56,8 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 // payment links (see linkPayments). It returns the invoice's status after
 // this statement when the statement changed the row (NULL otherwise), the
 // status as this statement's snapshot saw it (NULL if absent), and whether
-// refunds may be booked under a payment it has just linked (then the caller
-// runs moveRefundEntries).
+// refunds of the payments may still be booked under another key than their
+// invoice (then the caller runs attributeRefunds).
 //
 // The payment is booked when the row it returns is paid: either it moved it
 // to paid, or the invoice was already paid and only its descriptive fields
@@ -62,7 +67,7 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 // Both are final, so a snapshot status of paid or void is the latest one.
 // Any other snapshot status means the row changed after the snapshot was
 // taken; the caller then reads it with invoiceStatus in a new statement.
-const payInvoice = `
+var payInvoice = `
 WITH paid AS (` + upsertInvoice + `
 RETURNING i.id, i.status
 ), booked AS (
@@ -76,7 +81,7 @@ SELECT 'Invoice', $1, $11, $12::jsonb FROM booked
 ), linked AS (` + linkPaymentsCTE + `
 )
 SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1),
-       coalesce((SELECT bool_or(has_refunds) FROM linked), false)`
+       coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedRefundsOf13
 
 // linkPaymentsCTE: $1 invoice id, $13 payment ids (sorted, so that
 // concurrent statements lock them in one order). Records that the payments
@@ -92,8 +97,9 @@ ON CONFLICT (payment_id) DO UPDATE
 RETURNING l.has_refunds`
 
 // linkPayments: $1 invoice id, $2 payment ids (sorted). See linkPaymentsCTE.
-// Returns whether refunds may be booked under a payment it has just linked.
-const linkPayments = `
+// Returns whether refunds of the payments may still be booked under another
+// key than their invoice (then the caller runs attributeRefunds).
+var linkPayments = `
 WITH linked AS (
 INSERT INTO payment_links AS l (payment_id, invoice_id)
 SELECT p, $1::text FROM unnest($2::text[]) AS p ORDER BY p
@@ -102,50 +108,104 @@ ON CONFLICT (payment_id) DO UPDATE
  WHERE l.invoice_id IS NULL
 RETURNING l.has_refunds
 )
-SELECT coalesce(bool_or(has_refunds), false) FROM linked`
+SELECT coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedRefundsOf2
 
-// moveRefundEntries: $1 invoice id, $2 payment ids. Moves the entries of
-// refunds of those payments that were booked before the link was known
-// (under the charge id) to the invoice, so that one refund always ends
-// attributed to its invoice, whatever order the events came in. Only the
-// attribution changes; amounts are never updated.
-const moveRefundEntries = `
-UPDATE ledger_entries AS e
-   SET invoice_id = $1
-  FROM refunds AS r
- WHERE (r.charge_id = ANY ($2::text[]) OR r.payment_intent_id = ANY ($2::text[]))
-   AND e.kind IN ('refund:' || r.id, 'refund_reversal:' || r.id)
-   AND e.invoice_id <> $1`
+// unattributedRefundsOf: whether the statement's snapshot holds a refund of
+// the payments (the parameter: an array of ch_/py_/pi_ ids) that no event has
+// attributed to an invoice yet. The link row's has_refunds (read from its
+// latest version, so it sees a refund committed after the snapshot) covers
+// every refund an event has shown with that payment; this also covers rows
+// no event has marked (refunds recorded by migration 0005's backfill).
+const unattributedRefundsOf = `EXISTS (SELECT 1 FROM refunds
+         WHERE (charge_id = ANY (%[1]s::text[]) OR payment_intent_id = ANY (%[1]s::text[])) AND invoice_id IS NULL)`
+
+var (
+	unattributedRefundsOf2  = fmt.Sprintf(unattributedRefundsOf, "$2")
+	unattributedRefundsOf13 = fmt.Sprintf(unattributedRefundsOf, "$13")
+)
+
+// refundEntries is the tail of a statement that books what refund rows call
+// for: from a CTE named refund_rows with the rows' id, amount, currency,
+// status, succeeded and booked_under, and $EVENT (the event id parameter,
+// see withEvent). Each entry is inserted under the row's booked_under once,
+// and an entry already booked under another key is moved there (an UPDATE
+// of invoice_id only, never of the amount). ON CONFLICT DO UPDATE sees the entry's latest version, not the
+// statement's snapshot, so an entry a concurrent transaction committed after
+// the snapshot is moved too; and every statement that writes a refund's
+// entries holds its refunds row's lock, so the row it read is the latest.
+//
+//	'refund:<id>'          -amount   if some event showed it succeeded
+//	'refund_reversal:<id>' +amount   if so, and its highest status is failed or canceled
+const refundEntries = `
+, refunded AS (
+INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id)
+SELECT r.booked_under, 'refund:' || r.id, -r.amount, r.currency, $EVENT::text FROM refund_rows AS r WHERE r.succeeded
+ON CONFLICT (kind) WHERE kind LIKE 'refund:%'
+DO UPDATE SET invoice_id = EXCLUDED.invoice_id
+ WHERE e.invoice_id <> EXCLUDED.invoice_id
+)
+INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id)
+SELECT r.booked_under, 'refund_reversal:' || r.id, r.amount, r.currency, $EVENT::text FROM refund_rows AS r
+ WHERE r.succeeded AND r.status IN ('failed', 'canceled')
+ON CONFLICT (kind) WHERE kind LIKE 'refund\_reversal:%'
+DO UPDATE SET invoice_id = EXCLUDED.invoice_id
+ WHERE e.invoice_id <> EXCLUDED.invoice_id`
+
+// withEvent puts the event id parameter into refundEntries.
+func withEvent(sql, param string) string { return strings.ReplaceAll(sql, "$EVENT", param) }
+
+// attributeRefunds: $1 invoice id, $2 payment ids (sorted), $3 event id. Run by an event that linked the payments to the invoice:
+// records the invoice on their refunds that had none (locking them in id
+// order) and moves their entries there (see refundEntries). It runs after
+// the statement that locked the link rows, so its snapshot holds every
+// refund that names these payments: a transaction that records one takes
+// the link row first (applyRefund).
+var attributeRefunds = `
+WITH locked AS (
+SELECT id FROM refunds
+ WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
+ ORDER BY id
+   FOR UPDATE
+), refund_rows AS (
+UPDATE refunds AS x
+   SET invoice_id = $1::text, updated_at = now()
+  FROM locked
+ WHERE x.id = locked.id AND x.invoice_id IS NULL
+RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under
+)` + withEvent(refundEntries, "$3")
 
 // applyRefund: $1 refund id, $2 charge id, $3 payment intent id (NULL when
 // unknown), $4 amount (positive), $5 currency, $6 status, $7 event id,
-// $8 the payment ids among $2 and $3 (sorted), $9 the key to book under
-// while no payment is linked to an invoice.
+// $8 the payment ids among $2 and $3 (sorted).
 //
 // In one statement: takes the payment link rows first (every statement that
 // touches both takes the links before the refund, so they cannot deadlock),
 // merges this observation into the refund's row, and books the entries that
-// row calls for, each once:
-//
-//	'refund:<id>'          -amount   if some event showed it succeeded
-//	'refund_reversal:<id>' +amount   if so, and its highest status is failed or canceled
+// row calls for under its booked_under (refundEntries).
 //
 // The row is a merge that does not depend on order (highest-ranked status,
-// ties by name; succeeded = any observation succeeded), and the entries are
-// a function of it, so any order of the same events ends with the same
-// entries (invoice_id, kind, amount, currency). A refund that went
+// ties by name; succeeded = any observation succeeded; the invoice, charge
+// and PaymentIntent once known are kept), and the entries are a function of
+// it, so any order of the same events ends with the same entries
+// (invoice_id, kind, amount, currency). A refund that went
 // succeeded -> failed is booked and reversed even when the failure is
 // processed first; one that went pending -> failed books nothing.
-const applyRefund = `
+//
+// The invoice: a link of a payment this event names (read from the link
+// row's latest version) gives it, unless the row already has one. The
+// booked_under the statement books under is the one ON CONFLICT DO UPDATE
+// computed from the refund row's latest version, so concurrent transactions
+// agree; when this event is the one that reveals the invoice, it also moves
+// the entries booked under the charge before.
+var applyRefund = `
 WITH linked AS (
 INSERT INTO payment_links AS l (payment_id, has_refunds)
 SELECT p, true FROM unnest($8::text[]) AS p ORDER BY p
 ON CONFLICT (payment_id) DO UPDATE SET has_refunds = true
 RETURNING l.invoice_id
-), merged AS (
-INSERT INTO refunds AS r (id, charge_id, payment_intent_id, amount, currency, status, succeeded)
-SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $6::text = 'succeeded'
-  FROM (SELECT count(*) FROM linked) AS links_first
+), refund_rows AS (
+INSERT INTO refunds AS r (id, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded)
+SELECT $1::text, $2::text, $3::text, (SELECT min(invoice_id) FROM linked), $4::bigint, $5::text, $6::text, $6::text = 'succeeded'
 ON CONFLICT (id) DO UPDATE
    -- The rank: pending, requires_action 0 < succeeded 1 < failed, canceled 2.
    SET status            = CASE WHEN (CASE EXCLUDED.status WHEN 'succeeded' THEN 1 WHEN 'failed' THEN 2 WHEN 'canceled' THEN 2 ELSE 0 END, EXCLUDED.status)
@@ -154,18 +214,11 @@ ON CONFLICT (id) DO UPDATE
        succeeded         = r.succeeded OR EXCLUDED.succeeded,
        charge_id         = coalesce(r.charge_id, EXCLUDED.charge_id),
        payment_intent_id = coalesce(r.payment_intent_id, EXCLUDED.payment_intent_id),
+       invoice_id        = coalesce(r.invoice_id, EXCLUDED.invoice_id),
        currency          = coalesce(r.currency, EXCLUDED.currency),
        updated_at        = now()
-RETURNING r.id, r.amount, r.currency, r.status, r.succeeded
-), subject AS (
-SELECT coalesce((SELECT min(invoice_id) FROM linked), $9::text) AS invoice_id
-)
-INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
-SELECT s.invoice_id, 'refund:' || m.id, -m.amount, m.currency, $7::text FROM merged m, subject s WHERE m.succeeded
-UNION ALL
-SELECT s.invoice_id, 'refund_reversal:' || m.id, m.amount, m.currency, $7::text FROM merged m, subject s
- WHERE m.succeeded AND m.status IN ('failed', 'canceled')
-ON CONFLICT DO NOTHING`
+RETURNING r.id, r.amount, r.currency, r.status, r.succeeded, r.booked_under
+)` + withEvent(refundEntries, "$7")
 
 // invoiceStatus: $1 id. Locks the row so the decision that follows (book or
 // raise an anomaly) cannot race a concurrent transition.

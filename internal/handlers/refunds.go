@@ -29,14 +29,19 @@ import (
 // any order. (Basing the entries on the highest status alone would leave no
 // entries when the failure comes first and two when it comes last.) A refund
 // that went pending -> failed, or pending -> canceled, books nothing. The
-// original entry is never updated: a failure adds its own entry, under its
-// own unique key.
+// original entry's amount is never updated: a failure adds its own entry,
+// under its own unique key.
 //
-// A refund is booked against the invoice its charge (or PaymentIntent) paid
-// when that link is known (payment_links), and against the charge until
-// then; the event that records the link later moves the refund's entries to
-// the invoice (moveRefundEntries), so a refund always ends attributed to its
-// invoice, whatever order the events come in.
+// A refund's entries are both booked under one key, recorded on its row
+// (refunds.booked_under): its invoice once any event has told it (a link of
+// its charge or PaymentIntent to the invoice, payment_links, whether that
+// event is the refund's own or the link's), else its charge, else its
+// PaymentIntent, else its own id. The statement that changes the key books
+// and moves the entries under the new one (refundEntries in queries.go:
+// an UPDATE of invoice_id only, never of an amount), so a refund and its
+// reversal are never split across keys, and a refund always ends attributed
+// to its invoice, whatever order the events come in. Once known, the
+// invoice never changes.
 
 // refund is the part of a Stripe Refund the handlers read.
 type refund struct {
@@ -117,7 +122,7 @@ func chargeRefunded(ctx context.Context, tx DB, ev Event) (Result, error) {
 	}
 	// The link first: applyRefund takes the link rows before the refund's.
 	if inv := idOf(ch.Invoice); inv != "" {
-		if err := link(ctx, tx, inv, paymentIDs(ch.ID, idOf(ch.PaymentIntent))); err != nil {
+		if err := link(ctx, tx, ev, inv, paymentIDs(ch.ID, idOf(ch.PaymentIntent))); err != nil {
 			return Result{}, err
 		}
 	}
@@ -173,15 +178,8 @@ func (r refund) check() error {
 // row calls for, in one statement (applyRefund).
 func applyRefundTo(ctx context.Context, tx DB, ev Event, r refund) error {
 	ch, pi := idOf(r.Charge), idOf(r.PaymentIntent)
-	fallback := ch // until a link to the invoice is known
-	if fallback == "" {
-		fallback = pi
-	}
-	if fallback == "" {
-		fallback = r.ID
-	}
 	if _, err := tx.Exec(ctx, applyRefund, r.ID, nullIfEmpty(ch), nullIfEmpty(pi), r.Amount, nullIfEmpty(r.Currency), r.Status, ev.ID,
-		paymentIDs(ch, pi), fallback); err != nil {
+		paymentIDs(ch, pi)); err != nil {
 		return fmt.Errorf("applying refund %s (%s): %w", r.ID, r.Status, err)
 	}
 	return nil
@@ -204,5 +202,5 @@ func invoicePaymentPaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 	if inv == "" {
 		return Result{}, fmt.Errorf("%w: data.object.invoice", ErrBadPayload)
 	}
-	return Result{Outcome: Applied}, link(ctx, tx, inv, paymentIDs(idOf(p.Payment.Charge), idOf(p.Payment.PaymentIntent)))
+	return Result{Outcome: Applied}, link(ctx, tx, ev, inv, paymentIDs(idOf(p.Payment.Charge), idOf(p.Payment.PaymentIntent)))
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -122,4 +123,91 @@ func TestLoadRejectsBadFileNames(t *testing.T) {
 		"0001_b.sql": {Data: []byte("SELECT 1")},
 	})
 	require.ErrorContains(t, err, "share version 0001")
+}
+
+// The migrations that lock webhook_inbox (ACCESS EXCLUSIVE, held to the end
+// of their transaction) give up when a long query holds the table, instead
+// of waiting behind it while every webhook insert queues behind them: the
+// deploy fails with a lock timeout and leaves nothing of the migration
+// behind. Run again once the query is gone, they apply.
+func TestMigrationsLockingTheInboxGiveUpOnABusyTable(t *testing.T) {
+	for version, leftover := range map[string]string{
+		"0005": "SELECT to_regclass('refunds') IS NOT NULL",
+		"0007": "SELECT count(*) > 0 FROM information_schema.columns WHERE table_name = 'webhook_inbox' AND column_name = 'payload_raw'",
+	} {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.Empty(t)
+			ctx := context.Background()
+			all, err := migrate.All()
+			require.NoError(t, err)
+			var before, upTo []migrate.Migration
+			for _, m := range all {
+				if m.Version < version {
+					before = append(before, m)
+				}
+				if m.Version <= version {
+					upTo = append(upTo, m)
+				}
+			}
+			conn := db.Connect(t)
+			_, err = migrate.Apply(ctx, conn, before)
+			require.NoError(t, err)
+
+			// A long query: its transaction holds ACCESS SHARE on the inbox.
+			holder, err := db.Connect(t).Begin(ctx)
+			require.NoError(t, err)
+			_, err = holder.Exec(ctx, "SELECT count(*) FROM webhook_inbox")
+			require.NoError(t, err)
+
+			// Without lock_timeout it would wait for the holder: the context
+			// is the test's bound, not what is asserted.
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			_, err = migrate.Apply(waitCtx, conn, upTo)
+			require.ErrorContains(t, err, "SQLSTATE 55P03", "a lock timeout, not the test's deadline")
+			require.Equal(t, 0, db.Count(t, "schema_migrations", "version = $1", version))
+			var left bool
+			require.NoError(t, conn.QueryRow(ctx, leftover).Scan(&left))
+			require.False(t, left, "nothing of the migration is left")
+
+			require.NoError(t, holder.Rollback(ctx))
+			_, err = migrate.Apply(ctx, conn, upTo)
+			require.NoError(t, err)
+		})
+	}
+}
+
+// 0010 validates the outcome check (added NOT VALID by 0005) without
+// blocking the webhook: it applies while a webhook insert is in flight.
+func TestValidatingTheOutcomeCheckDoesNotWaitForWebhookInserts(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Empty(t)
+	ctx := context.Background()
+	all, err := migrate.All()
+	require.NoError(t, err)
+	var before []migrate.Migration
+	for _, m := range all {
+		if m.Version < "0010" {
+			before = append(before, m)
+		}
+	}
+	conn := db.Connect(t)
+	_, err = migrate.Apply(ctx, conn, before)
+	require.NoError(t, err)
+	var validated bool
+	require.NoError(t, conn.QueryRow(ctx, "SELECT convalidated FROM pg_constraint WHERE conname = 'webhook_inbox_outcome_check'").Scan(&validated))
+	require.False(t, validated)
+
+	insert, err := db.Connect(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = insert.Rollback(ctx) }()
+	_, err = insert.Exec(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, payload, livemode)
+		VALUES ('stripe', 'billing', 'evt_1', 'invoice.paid', '{}', false)`)
+	require.NoError(t, err)
+
+	_, err = migrate.Up(ctx, conn) // lock_timeout 5s: it would fail if it waited for the insert
+	require.NoError(t, err)
+	require.NoError(t, conn.QueryRow(ctx, "SELECT convalidated FROM pg_constraint WHERE conname = 'webhook_inbox_outcome_check'").Scan(&validated))
+	require.True(t, validated)
 }

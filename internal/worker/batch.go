@@ -37,7 +37,9 @@ import (
 // has committed and released its locks.
 //
 // It returns one outcome per receipt, in the order given, and whether each
-// raised an anomaly.
+// raised an anomaly. A receipt of a failed batch that the fallback did not
+// start because ctx's deadline margin (Config.DeadlineMargin) had come is
+// Released (see oneByOne).
 func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed) ([]Outcome, []bool) {
 	return w.processBatch(ctx, fixedConn(conn), batch)
 }
@@ -184,26 +186,53 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, batch []inbox.Cl
 
 // oneByOne processes batch[order[0]], batch[order[1]], ... one transaction
 // each, after the batch transaction failed with err, and returns how many it
-// took (all). When ctx is done it leaves them to come back after their
-// lease instead.
+// took (all). Before each receipt it checks, as the drainer does before each
+// batch, that the invocation's deadline margin is not reached (and ctx is not
+// done): from then on it gives the receipts it has not started back
+// (inbox.Release, fenced: one another worker has claimed since is not ours),
+// with their attempt uncounted, to be claimed again at once. Processing them
+// past the margin could run into the end of the invocation and record
+// deadline or canceled failures on receipts that did nothing wrong.
 func (w *Worker) oneByOne(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool, err error) int {
-	if ctx.Err() != nil {
-		// The invocation is ending: not the receipts' fault. They keep
-		// their counted attempts and come back after their lease.
-		for _, i := range order {
-			outcomes[i], anomalies[i] = Failed, false
-			c := batch[i]
-			w.logger.WarnContext(ctx, "receipt failed", "endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType,
-				"attempt", c.Attempts, "outcome", Failed, "error", describe(err), "retry_after", "lease")
+	stopAt := w.stopAt(ctx)
+	logged := false
+	for k, i := range order {
+		if expired(stopAt) || ctx.Err() != nil {
+			w.giveBack(ctx, conns, batch, order[k:], outcomes, anomalies, err)
+			break
 		}
-		return len(order)
-	}
-	w.logger.WarnContext(ctx, "batch transaction failed; processing its receipts one transaction each",
-		"error", describe(err), "receipts", len(order))
-	for _, i := range order {
+		if !logged {
+			w.logger.WarnContext(ctx, "batch transaction failed; processing its receipts one transaction each",
+				"error", describe(err), "receipts", len(order))
+			logged = true
+		}
 		outcomes[i], anomalies[i] = w.process(ctx, conns, batch[i])
 	}
 	return len(order)
+}
+
+// giveBack releases batch[order[0]], batch[order[1]], ... (see oneByOne).
+// A receipt that could not be released (the release failed, or another
+// worker has claimed it since) keeps its counted attempt and comes back
+// after its lease; none records a failure.
+func (w *Worker) giveBack(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool, err error) {
+	rest := make([]inbox.Claimed, len(order))
+	for k, i := range order {
+		rest[k] = batch[i]
+		outcomes[i], anomalies[i] = Released, false
+	}
+	wctx := context.WithoutCancel(ctx)
+	conn, rerr := conns(wctx)
+	released := 0
+	if rerr == nil {
+		released, rerr = inbox.Release(wctx, conn, rest, w.Now())
+	}
+	if rerr != nil {
+		w.logger.ErrorContext(ctx, "releasing claims", "error", rerr, "count", len(rest))
+		return
+	}
+	w.logger.WarnContext(ctx, "batch transaction failed at the end of the invocation; its receipts are given back",
+		"error", describe(err), "receipts", len(rest), "released", released)
 }
 
 // batchState is one batch transaction in progress.

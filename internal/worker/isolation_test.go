@@ -161,6 +161,46 @@ func TestBatchTransactionFailureFailsOnlyTheCulprit(t *testing.T) {
 	}
 }
 
+// TestBatchFallbackPastTheMarginGivesTheReceiptsBack: a batch transaction
+// fails (a handler aborted it) when the invocation is already within its
+// deadline margin. The one-transaction-per-receipt fallback does not start
+// them: it gives them back with their attempt uncounted, and records no
+// failure on any of them (not even the culprit, which is not known yet).
+// Before, it processed every receipt of the batch past the margin, where the
+// end of the invocation could fail receipts that did nothing wrong.
+func TestBatchFallbackPastTheMarginGivesTheReceiptsBack(t *testing.T) {
+	for _, culprit := range []string{"test.swallow", "test.unpreparable"} {
+		t.Run(culprit, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.receiveAround(t, culprit)
+			ctx := context.Background()
+			claimed, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{MaxAttempts: 10, Limit: 5, Lease: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, claimed, 5)
+
+			margin := time.Hour
+			w := b.newWorker(t, misbehavingRegistry(t), worker.Config{Concurrency: 1, DeadlineMargin: margin})
+			// The deadline is already within the margin (as if the batch had
+			// run into it), far enough away that the batch is not cut short.
+			inMargin, cancel := context.WithDeadline(ctx, time.Now().Add(margin/2))
+			defer cancel()
+			outcomes, _ := w.ProcessBatch(inMargin, b.db.Connect(t), claimed)
+			for i, o := range outcomes {
+				require.Equal(t, worker.Released, o, claimed[i].EventID)
+			}
+			require.Equal(t, 5, b.db.Count(t, "webhook_inbox", "processed_at IS NULL AND attempts = 0 AND last_error IS NULL AND available_at <= now()"),
+				"given back, attempt uncounted, no failure recorded, claimable at once")
+			require.Equal(t, 0, b.db.Count(t, "outbox", ""))
+
+			// The next invocation processes them as usual.
+			s := b.run(t, w)
+			require.Equal(t, 4, s.Processed)
+			require.Equal(t, 1, s.Failed)
+		})
+	}
+}
+
 // TestLateReleaseLeavesTheNextClaimAlone: worker A claims a receipt and
 // stalls past its lease; worker B claims it again. When A wakes up at the
 // end of its invocation and gives back what it did not start, B's claim is

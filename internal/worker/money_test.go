@@ -246,29 +246,8 @@ func TestDescriptiveFieldsFollowTheNewestSnapshot(t *testing.T) {
 // invoice.
 func TestRefundsBookedBeforeTheUpgradeAreReversedAndMovedOnce(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Empty(t)
-	ctx := context.Background()
-	all, err := migrate.All()
-	require.NoError(t, err)
-	var before []migrate.Migration
-	for _, m := range all {
-		if m.Version < "0005" {
-			before = append(before, m)
-		}
-	}
-	conn := db.Connect(t)
-	_, err = migrate.Apply(ctx, conn, before)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+	b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
 		VALUES ('ch_1', 'refund:re_1', -300, 'usd', 'evt_old'), ('in_2', 'refund:re_2', -100, 'usd', 'evt_old')`)
-	require.NoError(t, err)
-	_, err = migrate.Up(ctx, conn)
-	require.NoError(t, err)
-
-	pool, err := database.Open(ctx, database.Config{URL: db.URL, MaxConns: 4, PreparedStatements: true}, nil)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	b := &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}, batchSize: testBatchSize(t)}
 	w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
 	paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
 	paid["charge"] = "ch_1"
@@ -284,43 +263,216 @@ func TestRefundsBookedBeforeTheUpgradeAreReversedAndMovedOnce(t *testing.T) {
 	require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300", "in_2 refund:re_2 -100"}, b.ledger(t))
 }
 
+// upgradedWith returns a bundle on a database migrated up to 0004, then
+// given the rows of sql (the ledger as the code before 0005 left it), then
+// migrated to the end.
+func upgradedWith(t *testing.T, sql string) *testBundle {
+	t.Helper()
+	db := pgtest.Empty(t)
+	ctx := context.Background()
+	all, err := migrate.All()
+	require.NoError(t, err)
+	var before []migrate.Migration
+	for _, m := range all {
+		if m.Version < "0005" {
+			before = append(before, m)
+		}
+	}
+	conn := db.Connect(t)
+	_, err = migrate.Apply(ctx, conn, before)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, sql)
+	require.NoError(t, err)
+	_, err = migrate.Up(ctx, conn)
+	require.NoError(t, err)
+
+	pool, err := database.Open(ctx, database.Config{URL: db.URL, MaxConns: 4, PreparedStatements: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &testBundle{db: db, pool: pool, metrics: &bytes.Buffer{}, batchSize: testBatchSize(t)}
+}
+
+// A refund and its reversal are always booked under one key: the refund's
+// invoice as soon as any event has told it, else one fallback key, whichever
+// event computes which key. Review finding: each event recomputed the key,
+// so a refund booked under one key was reversed under another.
+func TestARefundAndItsReversalAreNeverSplitAcrossKeys(t *testing.T) {
+	t.Parallel()
+	// Booked under its invoice before 0005 (old charge.refunded, whose
+	// charge named the invoice): a failure after the upgrade, whose event
+	// names only the charge (no link known: the invoice was paid before
+	// payment_links existed), is reversed under the invoice too.
+	t.Run("booked under the invoice before the upgrade, then failed", func(t *testing.T) {
+		t.Parallel()
+		b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+			VALUES ('in_1', 'payment', 1000, 'usd', 'evt_old0'), ('in_1', 'refund:re_1', -300, 'usd', 'evt_old')`)
+		w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+		b.receive(t, stripetest.Event("evt_f", "refund.failed", stripetest.RefundIn("re_1", "ch_1", "failed", 300)))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300"}, b.ledger(t))
+		require.Equal(t, 1, b.db.Count(t, "refunds", "id = 're_1' AND booked_under = 'in_1'"))
+	})
+	// Booked under a py_ charge before 0005 (a charge of another payment
+	// method): the backfill records its charge, so a later link of that
+	// charge moves it, and its reversal goes next to it.
+	t.Run("booked under a py_ charge before the upgrade, then linked and failed", func(t *testing.T) {
+		t.Parallel()
+		b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+			VALUES ('py_1', 'refund:re_1', -300, 'usd', 'evt_old'), ('re_2', 'refund:re_2', -50, 'usd', 'evt_old')`)
+		w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+		paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
+		paid["charge"] = "py_1"
+		b.receive(t, stripetest.Event("evt_p", "invoice.paid", paid))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "re_2 refund:re_2 -50"}, b.ledger(t))
+		b.receive(t, stripetest.Event("evt_f", "refund.failed", stripetest.RefundIn("re_1", "py_1", "failed", 300)))
+		b.receive(t, stripetest.Event("evt_f2", "refund.failed", stripetest.RefundIn("re_2", "", "failed", 50)))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300",
+			"re_2 refund:re_2 -50", "re_2 refund_reversal:re_2 50"}, b.ledger(t))
+	})
+
+	// A link moves the refunds the refunds table names the payment in, even
+	// when the payment's link row does not say it has refunds (here the
+	// backfill's marks are gone).
+	t.Run("a refund whose charge's link row is not marked", func(t *testing.T) {
+		t.Parallel()
+		b := upgradedWith(t, `INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
+			VALUES ('ch_1', 'refund:re_1', -300, 'usd', 'evt_old')`)
+		_, err := b.pool.Exec(context.Background(), "DELETE FROM payment_links")
+		require.NoError(t, err)
+		w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+		paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
+		paid["charge"] = "ch_1"
+		b.receive(t, stripetest.Event("evt_p", "invoice.paid", paid))
+		b.run(t, w)
+		require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300"}, b.ledger(t))
+	})
+
+	pi := func(r map[string]any) map[string]any { r["payment_intent"] = "pi_1"; return r }
+	invoicePayment := map[string]any{"id": "inpay_1", "object": "invoice_payment", "invoice": "in_1", "status": "paid",
+		"payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_1"}}
+	want := []string{"in_1 payment 1000", "in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300"}
+	for name, events := range map[string][][]byte{
+		// The refund's first event names only the charge (booked under it);
+		// the invoice's link names only the PaymentIntent (nothing to move:
+		// no refund names it yet); a later event of the refund names both:
+		// it reveals the invoice, and moves the refund there with its
+		// reversal.
+		"charge only, then a PaymentIntent link, then an event naming both": {
+			stripetest.Event("evt_1", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			stripetest.Event("evt_2", "invoice_payment.paid", invoicePayment),
+			stripetest.Event("evt_3", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000)),
+			stripetest.Event("evt_4", "refund.failed", pi(stripetest.RefundIn("re_1", "ch_1", "failed", 300)))},
+		// The same, the event naming both first (no link known yet), then the
+		// link: the link moves the refund by its PaymentIntent.
+		"charge only, then both, then the PaymentIntent link": {
+			stripetest.Event("evt_1", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			stripetest.Event("evt_4", "refund.failed", pi(stripetest.RefundIn("re_1", "ch_1", "failed", 300))),
+			stripetest.Event("evt_2", "invoice_payment.paid", invoicePayment),
+			stripetest.Event("evt_3", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000))},
+		// Linked first; the failure names only the charge: its reversal goes
+		// under the invoice the refund is already attributed to, not under
+		// the charge.
+		"both, then the link, then a failure naming only the charge": {
+			stripetest.Event("evt_1", "refund.created", pi(stripetest.RefundIn("re_1", "ch_1", "succeeded", 300))),
+			stripetest.Event("evt_2", "invoice_payment.paid", invoicePayment),
+			stripetest.Event("evt_3", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1000)),
+			stripetest.Event("evt_4", "refund.failed", stripetest.RefundIn("re_1", "ch_1", "failed", 300))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+			for _, ev := range events {
+				b.receive(t, ev)
+				b.run(t, w)
+			}
+			require.Equal(t, want, b.ledger(t))
+			require.Equal(t, 1, b.db.Count(t, "refunds", "id = 're_1' AND invoice_id = 'in_1' AND booked_under = 'in_1'"))
+		})
+	}
+}
+
 // Point 3 under concurrency: a refund booked in one transaction and the
-// charge -> invoice link recorded in another, at the same time, end with the
-// refund under the invoice whichever commits first. Both take the link row
-// first, so the second waits for the first and then sees what it did.
+// charge -> invoice (or PaymentIntent -> invoice) link recorded in another,
+// at the same time, end with the refund, and its reversal, under the invoice
+// whichever commits first. Both take the link row, or the refund's row,
+// before they book, so the second waits for the first and then sees what it
+// did.
 func TestConcurrentRefundAndLinkEndUnderTheInvoice(t *testing.T) {
 	t.Parallel()
 	paid := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
 	paid["charge"] = "ch_1"
-	refund := handlers.Event{ID: "evt_r", Type: "refund.created",
-		Payload: stripetest.Event("evt_r", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300))}
-	link := handlers.Event{ID: "evt_p", Type: "invoice.paid", Payload: stripetest.Event("evt_p", "invoice.paid", paid)}
-	for name, order := range map[string][2]handlers.Event{"refund first": {refund, link}, "link first": {link, refund}} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setup(t)
-			reg := handlers.Default()
-			txA, err := b.db.Connect(t).Begin(ctx)
-			require.NoError(t, err)
-			_, err = reg.Apply(ctx, txA, order[0])
-			require.NoError(t, err)
-			connB := b.db.Connect(t)
-			done := make(chan error, 1)
-			go func() {
-				txB, err := connB.Begin(ctx)
-				if err == nil {
-					if _, err = reg.Apply(ctx, txB, order[1]); err == nil {
-						err = txB.Commit(ctx)
-					}
+	ev := func(id, typ string, object map[string]any) handlers.Event {
+		return handlers.Event{ID: id, Type: typ, Payload: stripetest.Event(id, typ, object)}
+	}
+	pi := func(r map[string]any) map[string]any { r["payment_intent"] = "pi_1"; return r }
+	invoicePayment := ev("evt_ip", "invoice_payment.paid", map[string]any{"id": "inpay_1", "object": "invoice_payment", "invoice": "in_1",
+		"status": "paid", "payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_1"}})
+	for name, tc := range map[string]struct {
+		before       []handlers.Event // committed first
+		refund, link handlers.Event   // then these two, concurrently
+		want         []string
+	}{
+		"a charge's refund and the charge's link": {
+			refund: ev("evt_r", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			link:   ev("evt_p", "invoice.paid", paid),
+			want:   []string{"in_1 payment 1000", "in_1 refund:re_1 -300"},
+		},
+		// Booked under the charge; the failure names the PaymentIntent the
+		// link names: the refund and its reversal end together under the
+		// invoice.
+		"a failure naming the PaymentIntent and its link": {
+			before: []handlers.Event{ev("evt_r", "refund.created", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300))},
+			refund: ev("evt_f", "refund.failed", pi(stripetest.RefundIn("re_1", "ch_1", "failed", 300))),
+			link:   invoicePayment,
+			want:   []string{"in_1 refund:re_1 -300", "in_1 refund_reversal:re_1 300"},
+		},
+		// The refund row knows the PaymentIntent; the event that books it
+		// names only the charge, while the link names only the PaymentIntent:
+		// they meet on the refund's row.
+		"a success naming only the charge and the PaymentIntent's link": {
+			before: []handlers.Event{ev("evt_r", "refund.created", pi(stripetest.RefundIn("re_1", "ch_1", "pending", 300)))},
+			refund: ev("evt_s", "refund.updated", stripetest.RefundIn("re_1", "ch_1", "succeeded", 300)),
+			link:   invoicePayment,
+			want:   []string{"in_1 refund:re_1 -300"},
+		},
+	} {
+		for order, pair := range map[string][2]handlers.Event{"refund first": {tc.refund, tc.link}, "link first": {tc.link, tc.refund}} {
+			t.Run(name+", "+order, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				b := setup(t)
+				reg := handlers.Default()
+				for _, e := range tc.before {
+					tx, err := b.pool.Begin(ctx)
+					require.NoError(t, err)
+					_, err = reg.Apply(ctx, tx, e)
+					require.NoError(t, err)
+					require.NoError(t, tx.Commit(ctx))
 				}
-				done <- err
-			}()
-			b.db.WaitForLockWaiter(t) // the second waits for the first's link row
-			require.NoError(t, txA.Commit(ctx))
-			require.NoError(t, <-done)
-			require.Equal(t, []string{"in_1 payment 1000", "in_1 refund:re_1 -300"}, b.ledger(t))
-		})
+				txA, err := b.db.Connect(t).Begin(ctx)
+				require.NoError(t, err)
+				_, err = reg.Apply(ctx, txA, pair[0])
+				require.NoError(t, err)
+				connB := b.db.Connect(t)
+				done := make(chan error, 1)
+				go func() {
+					txB, err := connB.Begin(ctx)
+					if err == nil {
+						if _, err = reg.Apply(ctx, txB, pair[1]); err == nil {
+							err = txB.Commit(ctx)
+						}
+					}
+					done <- err
+				}()
+				b.db.WaitForLockWaiter(t) // the second waits for a link row or the refund's row
+				require.NoError(t, txA.Commit(ctx))
+				require.NoError(t, <-done)
+				require.Equal(t, tc.want, b.ledger(t))
+			})
+		}
 	}
 }
 

@@ -95,7 +95,7 @@ func makeLifecycle(r *rand.Rand, i int) lifecycle {
 	}
 	lc.events = []lcEvent{ev("invoice.created", "draft"), ev("invoice.finalized", "open")}
 	payment := func() { lc.ledger = append(lc.ledger, fmt.Sprintf("%s payment %d", inv, amount)) }
-	switch r.IntN(5) {
+	switch r.IntN(6) {
 	case 0: // paid, then two refunds that go pending -> succeeded, with
 		// charge.refunded listing them as they stand
 		re1 := refundFact{"re_" + inv + "_1", 10, []string{"pending", "succeeded"}}
@@ -133,6 +133,25 @@ func makeLifecycle(r *rand.Rand, i int) lifecycle {
 		payment()
 		refundFacts(reF, reC, reP)
 		lc.otherMode = append(lc.otherMode, refundEv("refund.updated", reC, "succeeded"))
+	case 5: // paid (2025-03-31.basil: invoice_payment.paid links the
+		// PaymentIntent only); each refund's first events name only the
+		// charge, a later one names the PaymentIntent too
+		pi := "pi_" + inv
+		withPI := func(e lcEvent) lcEvent { e.object["payment_intent"] = pi; return e }
+		reS := refundFact{"re_" + inv + "_s", 70, []string{"pending", "succeeded"}}
+		reF := refundFact{"re_" + inv + "_f", 80, []string{"succeeded", "failed"}}
+		lc.events = append(lc.events, ev("invoice.paid", "paid"),
+			lcEvent{"invoice_payment.paid", stripetest.Created, map[string]any{"id": "inpay_" + inv, "object": "invoice_payment", "invoice": inv,
+				"status": "paid", "payment": map[string]any{"type": "payment_intent", "payment_intent": pi}}},
+			refundEv("refund.created", reS, "pending"),
+			refundEv("charge.refund.updated", reS, "succeeded"),
+			withPI(refundEv("refund.updated", reS, "succeeded")),
+			refundEv("refund.created", reF, "succeeded"),
+			withPI(refundEv("refund.failed", reF, "failed")),
+			refundEv("refund.updated", reF, "failed"))
+		lc.finalStatus = "paid"
+		payment()
+		refundFacts(reS, reF)
 	case 2:
 		lc.events = append(lc.events, ev("invoice.voided", "void"))
 		lc.finalStatus = "void"

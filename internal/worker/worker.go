@@ -64,6 +64,9 @@ const (
 	// IgnoredOtherMode: the event's livemode is not the mode this worker
 	// books (Config.Mode); marked processed without running its handler.
 	IgnoredOtherMode Outcome = Outcome(handlers.IgnoredOtherMode)
+	// Released: claimed, then given back unprocessed (attempt uncounted)
+	// because the invocation reached its deadline margin first.
+	Released Outcome = "released"
 )
 
 // Summary is what one Run did, and the backlog it left.
@@ -94,6 +97,8 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 		s.AlreadyDone++
 	case Failed:
 		s.Failed++
+	case Released:
+		s.Released++
 	}
 	if anomaly {
 		s.Anomalies++
@@ -106,10 +111,7 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 // error is returned only when the database cannot be used at all.
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	start := time.Now()
-	stopAt := time.Time{}
-	if d, ok := ctx.Deadline(); ok {
-		stopAt = d.Add(-w.cfg.DeadlineMargin)
-	}
+	stopAt := w.stopAt(ctx)
 
 	var (
 		mu    sync.Mutex
@@ -199,8 +201,7 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 	defer dc.release()
 	conns := dc.get
 
-	expired := func() bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
-	for !expired() && ctx.Err() == nil {
+	for !expired(stopAt) && ctx.Err() == nil {
 		conn, err := conns(ctx)
 		if err != nil {
 			return s, fmt.Errorf("drainer %d: %w", id, err)
@@ -215,7 +216,7 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 			return s, nil
 		}
 		for i := 0; i < len(claimed); {
-			if expired() || ctx.Err() != nil {
+			if expired(stopAt) || ctx.Err() != nil {
 				rest := claimed[i:]
 				conn, err := conns(context.WithoutCancel(ctx))
 				var released int
@@ -245,6 +246,18 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 	}
 	return s, nil
 }
+
+// stopAt is when a drainer stops starting work: ctx's deadline less the
+// margin (zero when ctx has no deadline).
+func (w *Worker) stopAt(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d.Add(-w.cfg.DeadlineMargin)
+	}
+	return time.Time{}
+}
+
+// expired reports whether stopAt (see Worker.stopAt) has come.
+func expired(stopAt time.Time) bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
 
 // connSource gives a processing transaction its connection.
 type connSource func(context.Context) (*pgx.Conn, error)
