@@ -91,7 +91,7 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			}
 		})
 		if resident {
-			fmt.Printf("worker starting every %s and staying %s (WORKER_TIMEOUT - DEADLINE_MARGIN), polling every %s (POLL_INTERVAL), listening: %t (LISTEN), booking Stripe %s mode (STRIPE_MODE)\n",
+			fmt.Printf("worker running every %s, resident for %s of each run (WORKER_TIMEOUT - DEADLINE_MARGIN), polling every %s (POLL_INTERVAL), listening: %t (LISTEN), booking Stripe %s mode (STRIPE_MODE)\n",
 				cfg.WorkerInterval, cfg.WorkerTimeout-cfg.Worker.Worker.DeadlineMargin, cfg.Worker.Worker.PollInterval, cfg.Worker.Worker.Listen, cfg.Worker.Worker.Mode)
 		} else {
 			fmt.Printf("worker running every %s, booking Stripe %s mode (STRIPE_MODE)\n", cfg.WorkerInterval, cfg.Worker.Worker.Mode)
