@@ -99,6 +99,9 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 			}
 			found, err := w.claimable(ctx)
 			if err != nil {
+				if ctx.Err() != nil {
+					return // the invocation ended while polling: not a failure
+				}
 				acc.add(Summary{}, err)
 				w.logger.WarnContext(ctx, "polling for receipts failed", "error", err)
 				continue
