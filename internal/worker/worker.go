@@ -124,6 +124,9 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		w.round(ctx, stopAt, true, acc)
 	}
 	total, errs := acc.total, acc.errs
+	if acc.failed > 0 {
+		errs = append(errs, fmt.Errorf("and %d more errors", acc.failed))
+	}
 
 	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
