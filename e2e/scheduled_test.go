@@ -17,9 +17,13 @@ import (
 
 // workerEnv is the environment the CDK stack gives the worker, with the
 // test's database, and a deadline margin (and statement timeout) scaled
-// down to the emulator's 20s timeout.
+// down to the emulator's 20s timeout. POLL_INTERVAL=0: these invocations
+// return once the inbox is empty (the scheduled-only worker), so that each
+// takes a moment; TestResidentWorkerBinary runs it resident, as the stack
+// does.
 func workerEnv(db *pgtest.Database) map[string]string {
 	return map[string]string{
+		"POLL_INTERVAL":      "0",
 		"DATABASE_URL":       db.URL,
 		"STRIPE_MODE":        "test",
 		"WORKER_CONCURRENCY": "4",
@@ -248,4 +252,56 @@ func TestTextJSONBRefusesIsStoredAndDrained(t *testing.T) {
 			t.Errorf("%s: not processed", id)
 		}
 	}
+}
+
+// TestResidentWorkerBinary: the worker binary as the stack runs it
+// (POLL_INTERVAL=250ms; here with LISTEN, and the webhook with NOTIFY) stays
+// in its invocation once the inbox is empty, processes a receipt the webhook
+// binary stores meanwhile, and returns on its own before the invocation's
+// timeout, at the deadline margin.
+func TestResidentWorkerBinary(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	sm := newSecretStore(t, map[string]string{billingARN: "whsec_billing_e2e"})
+	henv := webhookEnv(db, sm, "billing="+billingARN, "1h")
+	henv["NOTIFY"] = "on"
+	hook := emulate(t, "webhook", henv, 10*time.Second)
+	wenv := workerEnv(db)
+	wenv["POLL_INTERVAL"] = "250ms"
+	wenv["LISTEN"] = "on"
+	work := emulate(t, "worker", wenv, 20*time.Second)
+
+	type result struct {
+		resp e2e.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		resp, err := work.Invoke(ctx, scheduledEvent("worker"))
+		done <- result{resp, err}
+	}()
+	waitLog(t, work, `"msg":"worker resident"`)
+	wantAnswer(t, "invoice.paid", signed(t, hook, "/billing", invoicePaid("evt_resident", "in_resident", 700), false, "whsec_billing_e2e"), 200, "stored")
+	db.WaitUntil(t, "the receipt is processed within the running invocation",
+		"SELECT count(*) = 1 FROM webhook_inbox WHERE event_id = 'evt_resident' AND processed_at IS NOT NULL")
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.resp.Status != 200 {
+		t.Fatalf("worker invoke answered HTTP %d: %s", r.resp.Status, r.resp.Body)
+	}
+	var s workerSummary
+	if err := json.Unmarshal(r.resp.Body, &s); err != nil || s.Processed == nil {
+		t.Fatalf("worker answer %s is not its JSON summary (a timeout?): %v", r.resp.Body, err)
+	}
+	if *s.Processed != 1 || *s.Remaining != 0 {
+		t.Errorf("summary %+v, want processed 1, remaining 0", fmtSummary(s))
+	}
+	if n := db.Count(t, "ledger_entries", "invoice_id = 'in_resident'"); n != 1 {
+		t.Errorf("%d ledger entries for in_resident, want 1", n)
+	}
+	waitLog(t, work, `"msg":"worker resident stopped"`)
 }

@@ -8,6 +8,15 @@
 #
 #   scripts/bench.sh            full run
 #   scripts/bench.sh --quick    small sizes (a smoke run)
+#   scripts/bench.sh -only latency,coverage   some sections (receipts, drain,
+#       scale, purge, cold, needsreview, latency, coverage); cold starts are
+#       measured only when cold is among them
+#
+# latency (about 9 minutes) streams 50 and 500 events/s for 60s each through
+# cmd/local's webhook and reports receipt-to-effect p50/p99/max with the
+# worker resident and with one scheduled run a minute; coverage (about 3
+# minutes) runs back-to-back resident invocations on the schedule scaled
+# down 20x and reports the share of time with a live poller.
 #
 # PostgreSQL: DATABASE_URL's server, else the one on 127.0.0.1:5432, else a
 # throwaway cluster with default (durable) settings. A database named
@@ -34,6 +43,22 @@ bench_url=$(printf '%s' "$server" | sed -E 's#/[^/?]*(\?|$)#/inbox_bench\1#')
 
 mkdir -p .tmp bench-results
 go build -o .tmp/bench ./scripts/bench
+go build -o .tmp/local ./cmd/local
+
+only=""
+prev=""
+for a in "$@"; do
+  case $a in
+    -only=* | --only=*) only=${a#*=} ;;
+  esac
+  case $prev in
+    -only | --only) only=$a ;;
+  esac
+  prev=$a
+done
+if [ -n "$only" ] && [[ ",$only," != *,cold,* ]]; then
+  BENCH_COLDSTART=0
+fi
 
 coldstart=""
 if [ -d e2e ] && [ "${BENCH_COLDSTART:-1}" = 1 ]; then
@@ -45,7 +70,7 @@ if [ -d e2e ] && [ "${BENCH_COLDSTART:-1}" = 1 ]; then
   fi
 fi
 
-out="bench-results/$(date -u +%Y-%m-%d)-$(uname -m).md"
-.tmp/bench -db "$bench_url" -coldstart "$coldstart" "$@" | tee "$out"
+out="bench-results/$(date -u +%Y-%m-%d)-$(uname -m)${only:+-${only//,/-}}.md"
+.tmp/bench -db "$bench_url" -coldstart "$coldstart" -local .tmp/local "$@" | tee "$out"
 psql "$server" -Xqc "DROP DATABASE IF EXISTS inbox_bench WITH (FORCE)" >/dev/null
 echo "written to $out" >&2

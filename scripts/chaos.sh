@@ -55,7 +55,8 @@ SCENARIOS=${CHAOS_SCENARIOS:-"workers dbcrash network overload"}
 unset DATABASE_URL SIGNING_SECRET_ARNS DB_PROXY_HOST DB_PROXY_PORT DB_NAME DB_USER DB_MAX_CONNS \
   STORE_TIMEOUT MAX_BODY_BYTES SECRET_TTL METRICS_NAMESPACE METRICS_DIMENSIONS WORKER_CONCURRENCY \
   BATCH_SIZE CLAIM_LIMIT LEASE STATEMENT_TIMEOUT DEADLINE_MARGIN BACKOFF_BASE BACKOFF_CAP MAX_ATTEMPTS \
-  LOCAL_COMPONENTS LISTEN_ADDR WEBHOOK_ENDPOINT WORKER_INTERVAL WORKER_TIMEOUT LOG_LEVEL
+  LOCAL_COMPONENTS LISTEN_ADDR WEBHOOK_ENDPOINT WORKER_INTERVAL WORKER_TIMEOUT LOG_LEVEL \
+  POLL_INTERVAL LISTEN NOTIFY
 
 if [ "$MODE" = short ]; then
   WORKERS_INVOICES=1500 WORKERS_KILLS=12 WORKERS_MIN_KILLS=8
@@ -177,13 +178,19 @@ export STRIPE_WEBHOOK_SECRET=$SECRET
 # (3s >= 5 x 500ms), DEADLINE_MARGIN > STATEMENT_TIMEOUT, WORKER_TIMEOUT >
 # DEADLINE_MARGIN. MAX_ATTEMPTS is high so that kills and faults, which each
 # use up an attempt of the receipts in flight, do not push rows to review.
+# POLL_INTERVAL=0: scheduled-only workers, each run returning when the inbox
+# is empty; RESIDENT_ENV overrides that for resident workers (issue 14):
+# runs every second that stay 1.5s (WORKER_TIMEOUT - DEADLINE_MARGIN, so
+# consecutive runs overlap), polling every 100ms and woken by the webhook's
+# NOTIFY through LISTEN.
 MAX_ATTEMPTS=50
 WORKER_ENV=(
-  LOCAL_COMPONENTS=worker WORKER_INTERVAL=200ms WORKER_TIMEOUT=10s
+  LOCAL_COMPONENTS=worker WORKER_INTERVAL=200ms WORKER_TIMEOUT=10s POLL_INTERVAL=0
   WORKER_CONCURRENCY=2 DB_MAX_CONNS=3 CLAIM_LIMIT=5 STATEMENT_TIMEOUT=500ms
   LEASE=3s DEADLINE_MARGIN=2s MAX_ATTEMPTS=$MAX_ATTEMPTS BACKOFF_BASE=50ms BACKOFF_CAP=1s
   LOG_LEVEL=warn
 )
+RESIDENT_ENV=(POLL_INTERVAL=100ms LISTEN=on WORKER_INTERVAL=1s WORKER_TIMEOUT=3500ms)
 
 # start_webhook NAME DBURL [VAR=value...]: starts a webhook process and waits
 # (bounded) for its "listening" line; sets WEBHOOK_URL.
@@ -273,7 +280,16 @@ record() { # SCENARIO RC
 # 12 kills, one every 0.1-0.4s, take a few seconds. A slower machine only
 # drains more slowly. (Without the latency a faster machine emptied the
 # backlog before enough kills.)
+#
+# Workers 1 and 2 are resident (RESIDENT_ENV: a kill may land while they
+# drain, poll or listen, and their runs overlap); worker 3 is scheduled-only.
 WORKERS_LATENCY_MS=15
+worker_mode() { # NAME: the extra settings of that worker
+  case $1 in
+    worker3) ;;
+    *) echo "${RESIDENT_ENV[@]}" ;;
+  esac
+}
 scenario_workers() {
   local db=chaos_workers url rc=0 kills=0 n victim started
   new_db $db
@@ -283,8 +299,9 @@ scenario_workers() {
   sim workers -phase send -state "$LOGS/workers.state" -url "$WEBHOOK_URL" \
     -invoices "$WORKERS_INVOICES" -concurrency 16 || rc=$?
   slow_link pg_workers $db "$WORKERS_LATENCY_MS"
-  log "workers: backlog $(backlog "$url"); starting 3 workers (${WORKERS_LATENCY_MS}ms per reply), killing one every 0.1-0.4s"
-  for n in 1 2 3; do start_worker "worker$n" "$SLOW_URL" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2; done
+  log "workers: backlog $(backlog "$url"); starting 3 workers (${WORKERS_LATENCY_MS}ms per reply; 1 and 2 resident), killing one every 0.1-0.4s"
+  # shellcheck disable=SC2046 # worker_mode's words are separate settings
+  for n in 1 2 3; do start_worker "worker$n" "$SLOW_URL" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2 $(worker_mode "worker$n"); done
   started=$SECONDS
   while [ "$kills" -lt "$WORKERS_KILLS" ] && [ $((SECONDS - started)) -lt 240 ]; do
     sleep_ms "$(rand_ms 100 400)"
@@ -293,7 +310,8 @@ scenario_workers() {
     kill -KILL "${PIDS[$victim]}" 2>/dev/null || true
     wait "${PIDS[$victim]}" 2>/dev/null || true
     kills=$((kills + 1))
-    start_worker "$victim" "$SLOW_URL" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2
+    # shellcheck disable=SC2046
+    start_worker "$victim" "$SLOW_URL" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2 $(worker_mode "$victim")
   done
   log "workers: $kills kills; backlog $(backlog "$url") when the killing stopped"
   sim workers -phase check -state "$LOGS/workers.state" -db "$url" -faults "$kills" -drain-timeout 120s || rc=$?

@@ -2,8 +2,12 @@
 # Runs the system locally: migrations, the webhook on http://LISTEN_ADDR/<endpoint>
 # (default http://127.0.0.1:8080/billing) through the same Function URL handler
 # as AWS, and the worker every WORKER_INTERVAL (default 2s) in place of the
-# schedule. Ctrl-C stops everything it started, including a throwaway
-# PostgreSQL.
+# schedule. Each worker run stays resident (POLL_INTERVAL, default 250ms)
+# and the webhook's NOTIFY wakes it (LISTEN), so effects follow receipts
+# within milliseconds, also with WORKER_INTERVAL=60s (the deployed cadence):
+# runs overlap by default (WORKER_TIMEOUT). POLL_INTERVAL=0 runs the
+# scheduled-only worker. Ctrl-C stops everything it started, including a
+# throwaway PostgreSQL.
 #
 # Environment: DATABASE_URL (else a database "inbox_dev" on the server on
 # 127.0.0.1:5432, else on a throwaway cluster), LISTEN_ADDR,

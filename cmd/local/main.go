@@ -81,7 +81,8 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			return err
 		}
 		defer pool.Close()
-		schedule(ctx, &wg, cfg.WorkerInterval, cfg.WorkerTimeout, func(runCtx context.Context) {
+		resident := cfg.Worker.Worker.PollInterval > 0
+		schedule(ctx, &wg, cfg.WorkerInterval, cfg.WorkerTimeout, resident, func(runCtx context.Context) {
 			s, err := w.Run(runCtx)
 			if err != nil && ctx.Err() == nil {
 				logger.Error("worker run failed", "error", err)
@@ -89,7 +90,12 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 				logger.Info("worker run", "summary", s)
 			}
 		})
-		fmt.Printf("worker running every %s, booking Stripe %s mode (STRIPE_MODE)\n", cfg.WorkerInterval, cfg.Worker.Worker.Mode)
+		if resident {
+			fmt.Printf("worker running every %s, resident for %s of each run (WORKER_TIMEOUT - DEADLINE_MARGIN), polling every %s (POLL_INTERVAL), listening: %t (LISTEN), booking Stripe %s mode (STRIPE_MODE)\n",
+				cfg.WorkerInterval, cfg.WorkerTimeout-cfg.Worker.Worker.DeadlineMargin, cfg.Worker.Worker.PollInterval, cfg.Worker.Worker.Listen, cfg.Worker.Worker.Mode)
+		} else {
+			fmt.Printf("worker running every %s, booking Stripe %s mode (STRIPE_MODE)\n", cfg.WorkerInterval, cfg.Worker.Worker.Mode)
+		}
 	}
 	if cfg.Runs("purge") {
 		p, pool, err := bootstrap.NewPurger(ctx, cfg.Purge, logger, io.Discard)
@@ -97,7 +103,7 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			return err
 		}
 		defer pool.Close()
-		schedule(ctx, &wg, cfg.PurgeInterval, cfg.PurgeTimeout, func(runCtx context.Context) {
+		schedule(ctx, &wg, cfg.PurgeInterval, cfg.PurgeTimeout, false, func(runCtx context.Context) {
 			_, _ = p.Run(runCtx) // Run logs its summary or its error
 		})
 		fmt.Printf("purge running every %s (retention %s)\n", cfg.PurgeInterval, cfg.Purge.Purge.Retention)
@@ -114,8 +120,11 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 
 // schedule stands in for an EventBridge rule: it invokes fn now and then
 // every interval until ctx ends, each time with a context that ends after
-// timeout, as a Lambda invocation's does.
-func schedule(ctx context.Context, wg *sync.WaitGroup, interval, timeout time.Duration, fn func(context.Context)) {
+// timeout, as a Lambda invocation's does. With overlap, each invocation
+// starts on its tick even while the previous one still runs, as EventBridge
+// starts a Lambda while the previous invocation is still resident;
+// otherwise the next one waits for the previous to return.
+func schedule(ctx context.Context, wg *sync.WaitGroup, interval, timeout time.Duration, overlap bool, fn func(context.Context)) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -123,8 +132,17 @@ func schedule(ctx context.Context, wg *sync.WaitGroup, interval, timeout time.Du
 		defer t.Stop()
 		for {
 			runCtx, cancel := context.WithTimeout(ctx, timeout)
-			fn(runCtx)
-			cancel()
+			if overlap {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer cancel()
+					fn(runCtx)
+				}()
+			} else {
+				fn(runCtx)
+				cancel()
+			}
 			select {
 			case <-ctx.Done():
 				return

@@ -79,8 +79,8 @@ func synthesizeAll() (func(*testing.M) int, error) {
 	}{
 		{&dev, map[string]any{"stage": "dev", "endpoints": "billing,connect", "alarmEmail": "ops@example.com"}},
 		{&prod, map[string]any{"stage": "prod"}},
-		{&natDev, map[string]any{"stage": "natdev", "nat": "true"}},
 		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true"}},
+		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "latencyP99Alarm": "10s"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))
 	for i, v := range variants {

@@ -31,6 +31,14 @@ func (b *builder) emf(service, name, statistic string) awscloudwatch.Metric {
 	})
 }
 
+// latency is the worker's ReceiptToEffectSeconds (processed_at -
+// received_at, one value per processed receipt) at a percentile statistic
+// such as p50 or p99.
+func (b *builder) latency(statistic string) awscloudwatch.Metric {
+	m := b.emf("worker", "ReceiptToEffectSeconds", statistic)
+	return m.With(&awscloudwatch.MetricOptions{Label: jsii.String("receipt to effect " + statistic + " (s)")})
+}
+
 // rejected sums the webhook's Rejected metric over every Reason, and shows
 // one line per reason.
 func (b *builder) rejected() awscloudwatch.MathExpression {
@@ -160,6 +168,18 @@ func (b *builder) monitoring() {
 			metric:      b.functions[name].MetricThrottles(sum), threshold: 0, periods: 1, missing: notBreaching,
 		})
 	}
+	if b.s.LatencyP99Alarm > 0 {
+		specs = append(specs, alarmSpec{
+			id: "ReceiptLatencyAlarm",
+			description: fmt.Sprintf("The p99 of receipt-to-effect latency (ReceiptToEffectSeconds) was above %s for 15 minutes: "+
+				"receipts wait for a worker. Check that worker invocations overlap (WorkerThrottles, WorkerErrors, Duration), then the backlog and the database.", b.s.LatencyP99Alarm),
+			metric:    b.latency("p99"),
+			threshold: b.s.LatencyP99Alarm.Seconds(), periods: 3,
+			// No receipts, no values: not an outage (BacklogAge watches a
+			// stopped worker).
+			missing: notBreaching,
+		})
+	}
 	alarms := make([]interfacesawscloudwatch.IAlarmRef, 0, len(specs))
 	for _, a := range specs {
 		op := awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD
@@ -215,6 +235,10 @@ func (b *builder) monitoring() {
 				graph("Worker outcomes", 12,
 					b.emf("worker", "Processed", "Sum"), b.emf("worker", "Failed", "Sum"), b.emf("worker", "Ignored", "Sum"),
 					b.emf("worker", "NeedsReviewCount", "Maximum"), b.emf("worker", "AnomalyCount", "Maximum")),
+			},
+			{
+				graph("Receipt to effect (s): processed_at - received_at per receipt", 24,
+					b.latency("p50"), b.latency("p99"), b.latency("Maximum")),
 			},
 			{
 				graph("Function duration (p99)", 8, durations...),

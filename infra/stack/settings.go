@@ -87,6 +87,45 @@ type Settings struct {
 	// then strips inbox_app and makes it NOLOGIN, and its secret leaves the
 	// proxy and the stack. A new stack may set it from its first deploy.
 	RetireLegacyAppRole bool
+	// WorkerPollInterval makes each scheduled worker invocation resident
+	// (workerPollInterval; default 250ms; 0 = scheduled-only: return once
+	// the inbox is empty). It becomes the worker's POLL_INTERVAL.
+	WorkerPollInterval time.Duration
+	// WorkerTimeout is the worker function's timeout (workerTimeout;
+	// default 100s). A resident invocation polls until WorkerTimeout -
+	// WorkerDeadlineMargin (70s), so with rate(1 minute) consecutive
+	// invocations overlap by 10s and a poller is always live; the overlap
+	// also absorbs EventBridge's delivery jitter. Billed time per invocation
+	// is about that 70s, not the timeout.
+	WorkerTimeout time.Duration
+	// WorkerReservedConcurrency reserves (and caps) concurrent worker
+	// invocations (workerReservedConcurrency; default 3): two overlap at
+	// every tick, one more covers a late tick. Each holds up to
+	// WORKER_CONCURRENCY+2 proxy connections. Must be at least
+	// ceil(workerTimeout / schedule period), or ticks are throttled.
+	WorkerReservedConcurrency int
+	// WorkerListen turns on LISTEN in the worker and NOTIFY in the webhook
+	// (workerListen; default false). Through RDS Proxy a LISTEN works but
+	// pins its client connection to one database connection for the
+	// session (AWS, "Avoiding pinning an RDS Proxy", conditions that cause
+	// pinning for RDS for PostgreSQL: listening on a notification channel,
+	// https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/rds-proxy-pinning.html#rds-proxy-pinning.postgres);
+	// the worker's connections are pinned anyway (prepared statements), so
+	// one more pinned connection per invocation is its whole cost there.
+	// Off by default because NOTIFY costs the webhook: PostgreSQL commits
+	// notifying transactions one at a time (a database-wide lock while
+	// committing), which cut the insert rate to about a third in pgbench
+	// here, for a gain of at most WorkerPollInterval (250 ms) in latency
+	// that the polling already keeps under the 1 s p50 goal.
+	WorkerListen bool
+	// LatencyP99Alarm raises an alarm when the p99 of ReceiptToEffectSeconds
+	// exceeds it for 3 consecutive 5-minute periods (latencyP99Alarm;
+	// default 0 = no alarm). Off by default: the metric includes retries
+	// (a receipt that failed once is processed after its backoff), and at
+	// a few receipts per period the p99 is the slowest receipt, so a low
+	// threshold would page for one retry. Set it (e.g. 10s) on a stage with
+	// steady traffic; BacklogAge covers a stopped worker either way.
+	LatencyP99Alarm time.Duration
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
@@ -175,6 +214,12 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 		s.StripeMode = defaultMode
 	}
 	s.RetireLegacyAppRole = r.boolean("retireLegacyAppRole", false)
+	s.WorkerPollInterval = r.fineDuration("workerPollInterval", 250*time.Millisecond, 10*time.Millisecond, time.Minute, true)
+	s.WorkerTimeout = r.duration("workerTimeout", 100*time.Second, 10*time.Second, 15*time.Minute)
+	s.WorkerReservedConcurrency = r.integer("workerReservedConcurrency", 3, 1, 100)
+	s.WorkerListen = r.boolean("workerListen", false)
+	s.LatencyP99Alarm = r.fineDuration("latencyP99Alarm", 0, 100*time.Millisecond, time.Hour, true)
+	r.workerTiming(s)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))
@@ -195,6 +240,48 @@ func (s Settings) CheckAssets() error {
 		return fmt.Errorf("function bundles missing: %s (run scripts/build.sh, or set -c assetsDir=...)", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// WorkerDeadlineMargin is the worker's DEADLINE_MARGIN in the stack.
+const WorkerDeadlineMargin = 30 * time.Second
+
+// SchedulePeriod is the period of a rate(...) schedule expression, and
+// false for cron(...) (or anything else).
+func SchedulePeriod(expr string) (time.Duration, bool) {
+	m := rateExpr.FindStringSubmatch(strings.TrimSpace(expr))
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	unit := map[string]time.Duration{"minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour}[strings.TrimSuffix(m[2], "s")]
+	return time.Duration(n) * unit, true
+}
+
+var rateExpr = regexp.MustCompile(`^rate\((\d+) (minutes?|hours?|days?)\)$`)
+
+// workerTiming checks that the worker's timeout, margin and schedule keep a
+// resident poller live (timeout - margin > period) and that the reserved
+// concurrency admits the invocations that overlap.
+func (r *reader) workerTiming(s Settings) {
+	if s.WorkerTimeout <= WorkerDeadlineMargin {
+		r.addf("workerTimeout=%s must be longer than the worker's DEADLINE_MARGIN (%s)", s.WorkerTimeout, WorkerDeadlineMargin)
+		return
+	}
+	period, ok := SchedulePeriod(s.WorkerSchedule)
+	if !ok {
+		return // cron(...): no fixed period to check against
+	}
+	if s.WorkerPollInterval > 0 && s.WorkerTimeout-WorkerDeadlineMargin <= period {
+		r.addf("workerTimeout=%s: a resident worker polls until the timeout minus its DEADLINE_MARGIN (%s), which must be longer than the schedule's period (%s = %s) so consecutive invocations overlap; set workerTimeout to at least %s, or workerPollInterval=0 for the scheduled-only worker",
+			s.WorkerTimeout, WorkerDeadlineMargin, s.WorkerSchedule, period, period+WorkerDeadlineMargin+5*time.Second)
+	}
+	if need := int((s.WorkerTimeout + period - 1) / period); s.WorkerReservedConcurrency < need {
+		r.addf("workerReservedConcurrency=%d: invocations started every %s that may run %s overlap up to %d at a time; reserve at least %d (or ticks are throttled)",
+			s.WorkerReservedConcurrency, period, s.WorkerTimeout, need, need)
+	}
 }
 
 // OutputID turns an endpoint name into the part of a CloudFormation output's
@@ -302,6 +389,29 @@ func (r *reader) duration(key string, def, minimum, maximum time.Duration) time.
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil || d < minimum || d > maximum || d%time.Second != 0 {
 		r.addf("%s=%v: must be a duration in whole seconds such as 10m, from %s to %s (default %s)", key, v, minimum, maximum, def)
+		return def
+	}
+	return d
+}
+
+// fineDuration is duration with sub-second values (250ms) allowed, and 0
+// when zero is true (a switch that is off).
+func (r *reader) fineDuration(key string, def, minimum, maximum time.Duration, zero bool) time.Duration {
+	v, ok := r.raw(key)
+	if !ok {
+		return def
+	}
+	raw := strings.TrimSpace(fmt.Sprint(v))
+	d, err := time.ParseDuration(raw)
+	if raw == "0" {
+		d, err = 0, nil
+	}
+	if err != nil || (d == 0 && !zero) || (d != 0 && (d < minimum || d > maximum)) {
+		off := ""
+		if zero {
+			off = "0 (off) or "
+		}
+		r.addf("%s=%v: must be %sa duration such as 250ms or 10s, from %s to %s (default %s)", key, v, off, minimum, maximum, def)
 		return def
 	}
 	return d

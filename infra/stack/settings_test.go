@@ -32,6 +32,9 @@ func TestSettingsDefaults(t *testing.T) {
 		MetricsNamespace:           "StripeInbox",
 		StripeMode:                 "test",
 		RetireLegacyAppRole:        false,
+		WorkerPollInterval:         250 * time.Millisecond,
+		WorkerTimeout:              100 * time.Second,
+		WorkerReservedConcurrency:  3,
 		AssetsDir:                  filepath.Join("..", "build"),
 	}, s)
 	require.Equal(t, "StripeInbox-dev", s.StackName())
@@ -119,6 +122,15 @@ func TestSettingsRejectInvalidContext(t *testing.T) {
 		{"AWS namespace", map[string]any{"metricsNamespace": "AWS/Lambda"}, "metricsNamespace"},
 		{"reserved concurrency zero", map[string]any{"webhookReservedConcurrency": 0.0}, "webhookReservedConcurrency=0"},
 		{"retire not a bool", map[string]any{"retireLegacyAppRole": "inbox_app"}, "retireLegacyAppRole=inbox_app: must be true or false (default false)"},
+		{"resident worker leaves a gap", map[string]any{"workerTimeout": "90s"},
+			"workerTimeout=1m30s: a resident worker polls until the timeout minus its DEADLINE_MARGIN (30s), which must be longer than the schedule's period (rate(1 minute) = 1m0s)"},
+		{"gap with a slower schedule", map[string]any{"workerSchedule": "rate(5 minutes)", "workerTimeout": "5m", "workerReservedConcurrency": "1"}, "set workerTimeout to at least 5m35s"},
+		{"too few reserved for the overlap", map[string]any{"workerReservedConcurrency": "1"}, "workerReservedConcurrency=1: invocations started every 1m0s that may run 1m40s overlap up to 2 at a time; reserve at least 2"},
+		{"timeout within the margin", map[string]any{"workerTimeout": "30s", "workerPollInterval": "0"}, "workerTimeout=30s must be longer than the worker's DEADLINE_MARGIN (30s)"},
+		{"poll interval too short", map[string]any{"workerPollInterval": "1ms"}, "workerPollInterval=1ms: must be 0 (off) or a duration such as 250ms"},
+		{"poll interval not a duration", map[string]any{"workerPollInterval": "fast"}, "workerPollInterval=fast"},
+		{"latency alarm not a duration", map[string]any{"latencyP99Alarm": "3"}, "latencyP99Alarm=3"},
+		{"listen not a bool", map[string]any{"workerListen": "on"}, "workerListen=on: must be true or false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -132,6 +144,29 @@ func TestSettingsRejectInvalidContext(t *testing.T) {
 	_, err := SettingsFromContext(lookup(map[string]any{"retentionDays": "1", "nat": "maybe"}))
 	require.ErrorContains(t, err, "retentionDays")
 	require.ErrorContains(t, err, "nat")
+}
+
+func TestSettingsWorkerTiming(t *testing.T) {
+	t.Parallel()
+	// The scheduled-only worker may keep any timeout past its margin.
+	s, err := SettingsFromContext(lookup(map[string]any{"workerPollInterval": "0", "workerTimeout": "60s"}))
+	require.NoError(t, err)
+	require.Zero(t, s.WorkerPollInterval)
+	// A cron schedule has no period to check against.
+	_, err = SettingsFromContext(lookup(map[string]any{"workerSchedule": "cron(* * * * ? *)", "workerTimeout": "45s"}))
+	require.NoError(t, err)
+	s, err = SettingsFromContext(lookup(map[string]any{"workerPollInterval": "100ms", "latencyP99Alarm": "10s", "workerListen": "true"}))
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, s.WorkerPollInterval)
+	require.Equal(t, 10*time.Second, s.LatencyP99Alarm)
+	require.True(t, s.WorkerListen)
+	for expr, want := range map[string]time.Duration{"rate(1 minute)": time.Minute, "rate(2 minutes)": 2 * time.Minute, "rate(1 hour)": time.Hour, "rate(3 days)": 72 * time.Hour} {
+		got, ok := SchedulePeriod(expr)
+		require.True(t, ok, expr)
+		require.Equal(t, want, got, expr)
+	}
+	_, ok := SchedulePeriod("cron(15 3 * * ? *)")
+	require.False(t, ok)
 }
 
 func TestCheckAssets(t *testing.T) {

@@ -341,13 +341,20 @@ func (b *builder) lambdas() {
 			env: map[string]string{
 				"SIGNING_SECRET_ARNS": strings.Join(arns, ","),
 				"DB_MAX_CONNS":        "2",
+				// NOTIFY pins nothing (only LISTEN does); see
+				// Settings.WorkerListen for why it is off by default.
+				"NOTIFY": onOff(b.s.WorkerListen),
 			},
 		},
 		{
 			name:        "worker",
 			description: "Drains the inbox: applies each receipt's business effect once",
 			dbUser:      WorkerUser,
-			timeout:     awscdk.Duration_Minutes(jsii.Number(2)),
+			// Resident: each invocation polls until timeout - margin, past
+			// the next tick (Settings.WorkerTimeout); the reservation
+			// bounds how many overlap.
+			timeout:  awscdk.Duration_Seconds(jsii.Number(b.s.WorkerTimeout.Seconds())),
+			reserved: jsii.Number(float64(b.s.WorkerReservedConcurrency)),
 			env: map[string]string{
 				// Checked against internal/config's validation by
 				// TestFunctionEnvironmentsPassConfigValidation.
@@ -355,7 +362,9 @@ func (b *builder) lambdas() {
 				"MAX_ATTEMPTS":       "10",
 				"LEASE":              "2m",
 				"STATEMENT_TIMEOUT":  "2s",
-				"DEADLINE_MARGIN":    "30s",
+				"DEADLINE_MARGIN":    WorkerDeadlineMargin.String(),
+				"POLL_INTERVAL":      b.s.WorkerPollInterval.String(),
+				"LISTEN":             onOff(b.s.WorkerListen && b.s.WorkerPollInterval > 0),
 				"CLAIM_LIMIT":        "50",
 				"BATCH_SIZE":         "50",
 				"DB_MAX_CONNS":       "5",
@@ -427,6 +436,14 @@ func (b *builder) lambdas() {
 		// header, verified by the handler, is the authentication.
 		AuthType: awslambda.FunctionUrlAuthType_NONE,
 	})
+}
+
+// onOff is a switch's value in a function's environment.
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 func (b *builder) newFunction(f function) awslambda.Function {

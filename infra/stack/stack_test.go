@@ -200,7 +200,7 @@ func TestFunctionsRunArm64AL2023InTheVPC(t *testing.T) {
 	}
 	require.Equal(t, 20.0, props(dev.appFunctions(t)["webhook"])["ReservedConcurrentExecutions"])
 	require.Equal(t, 10.0, props(dev.appFunctions(t)["webhook"])["Timeout"])
-	require.Equal(t, 120.0, props(dev.appFunctions(t)["worker"])["Timeout"])
+	require.Equal(t, 100.0, props(dev.appFunctions(t)["worker"])["Timeout"])
 }
 
 func TestEnvironmentContract(t *testing.T) {

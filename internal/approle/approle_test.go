@@ -332,6 +332,23 @@ func TestWebhookRoleMayOnlyStoreReceipts(t *testing.T) {
 	require.NoError(t, webhook.QueryRow(d.ctx, "SELECT count(*) FROM webhook_inbox WHERE provider = 'stripe' AND endpoint = 'billing' AND event_id = 'evt_1'").Scan(&n))
 	require.Equal(t, 1, n, "the webhook may read the receipt keys")
 
+	// With NOTIFY=on the webhook's insert also wakes resident workers
+	// (inbox.StoreAndNotify): pg_notify needs no grant, and the worker's
+	// role hears it.
+	listener := d.connectAs(t, d.roles.Worker)
+	require.NoError(t, inbox.Listen(d.ctx, listener))
+	payload := stripetest.Event("evt_notify", "invoice.paid", stripetest.Invoice("in_2", "cus_1", "paid", 1000))
+	ev, err := stripeevent.Verify(payload, stripetest.Sign(payload, time.Now(), "whsec_test"), []string{"whsec_test"})
+	require.NoError(t, err)
+	out, err := inbox.StoreAndNotify(d.ctx, webhook, "billing", ev)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Stored, out)
+	waitCtx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+	defer cancel()
+	note, err := listener.WaitForNotification(waitCtx)
+	require.NoError(t, err)
+	require.Equal(t, inbox.NotifyChannel, note.Channel)
+
 	requireDenied(t, webhook,
 		// Receipts: no reading their content, no changing or deleting them,
 		// no setting the worker's state on insert.

@@ -57,6 +57,22 @@ func (p *problems) duration(env Env, name string, def, min, max time.Duration) t
 	return v
 }
 
+// onOff reads a switch: on or off (also true/false, 1/0).
+func (p *problems) onOff(env Env, name string, def bool) bool {
+	raw := strings.ToLower(strings.TrimSpace(env(name)))
+	switch raw {
+	case "":
+		return def
+	case "on", "true", "1":
+		return true
+	case "off", "false", "0":
+		return false
+	}
+	word := map[bool]string{true: "on", false: "off"}
+	p.addf("%s=%q: must be on or off (default %s)", name, raw, word[def])
+	return def
+}
+
 // Common holds the settings every function shares.
 type Common struct {
 	Database          database.Config

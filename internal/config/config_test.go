@@ -120,6 +120,11 @@ func TestWorkerErrorsSayWhatToFix(t *testing.T) {
 		"batch past the subtransaction cache":  {env("DATABASE_URL", localDB, "LEASE", "10m", "CLAIM_LIMIT", "100", "BATCH_SIZE", "65"), "BATCH_SIZE=65: must be at most 64"},
 		"no stripe mode":                       {env("DATABASE_URL", localDB), `STRIPE_MODE is required: set it to "live" on the stage that books real money (prod) or "test" on every other stage`},
 		"other stripe mode":                    {env("DATABASE_URL", localDB, "STRIPE_MODE", "production"), `STRIPE_MODE="production": must be "live" (the stage that books real money, prod) or "test"`},
+		"poll interval too short":              {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "POLL_INTERVAL", "5ms"), "POLL_INTERVAL=5ms: must be 0 (return as soon as the inbox is empty; the schedule alone starts the work) or from 10ms to 1h0m0s"},
+		"poll interval not a duration":         {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "POLL_INTERVAL", "fast"), `POLL_INTERVAL="fast": must be 0 (return as soon as the inbox is empty) or a duration`},
+		"poll interval negative":               {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "POLL_INTERVAL", "-1s"), `POLL_INTERVAL="-1s"`},
+		"listen not a switch":                  {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "LISTEN", "yes please"), `LISTEN="yes please": must be on or off (default off)`},
+		"listen without polling":               {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "LISTEN", "on", "POLL_INTERVAL", "0"), "LISTEN=on needs POLL_INTERVAL > 0"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -128,6 +133,61 @@ func TestWorkerErrorsSayWhatToFix(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+func TestWorkerPollInterval(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWorker(env("STRIPE_MODE", "test", "DATABASE_URL", localDB))
+	require.NoError(t, err)
+	require.Equal(t, 250*time.Millisecond, c.Worker.PollInterval, "resident by default")
+	require.False(t, c.Worker.Listen, "no LISTEN unless asked (RDS Proxy, see infra/stack)")
+	for _, zero := range []string{"0", "0s", "0ms"} {
+		c, err = config.LoadWorker(env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "POLL_INTERVAL", zero))
+		require.NoError(t, err)
+		require.Zero(t, c.Worker.PollInterval, "POLL_INTERVAL=%s is the scheduled-only worker", zero)
+	}
+	c, err = config.LoadWorker(env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "POLL_INTERVAL", "1s", "LISTEN", "on"))
+	require.NoError(t, err)
+	require.Equal(t, time.Second, c.Worker.PollInterval)
+	require.True(t, c.Worker.Listen)
+}
+
+func TestWebhookNotify(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.False(t, c.Handler.Notify)
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "NOTIFY", "on"))
+	require.NoError(t, err)
+	require.True(t, c.Handler.Notify)
+	_, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "NOTIFY", "sometimes"))
+	require.ErrorContains(t, err, `NOTIFY="sometimes": must be on or off`)
+}
+
+// TestLocalResidentWorkerAlwaysHasAPoller: the local runner's defaults keep
+// a poller live between runs at any WORKER_INTERVAL (the arithmetic of
+// overlapping runs: timeout - margin > interval).
+func TestLocalResidentWorkerAlwaysHasAPoller(t *testing.T) {
+	t.Parallel()
+	for _, interval := range []string{"", "200ms", "2s", "60s", "5m"} {
+		c, err := config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_INTERVAL", interval, "DEADLINE_MARGIN", "40s"))
+		require.NoError(t, err)
+		require.Greater(t, c.WorkerTimeout-c.Worker.Worker.DeadlineMargin, c.WorkerInterval, "WORKER_INTERVAL=%s", interval)
+		require.True(t, c.Worker.Worker.Listen, "the local worker listens")
+		require.True(t, c.Webhook.Handler.Notify, "the local webhook notifies")
+	}
+	c, err := config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_INTERVAL", "60s"))
+	require.NoError(t, err)
+	require.Equal(t, 95*time.Second, c.WorkerTimeout, "60s + 5s overlap + the 30s margin")
+	_, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_INTERVAL", "60s", "WORKER_TIMEOUT", "60s"))
+	require.ErrorContains(t, err, "WORKER_TIMEOUT=1m0s - DEADLINE_MARGIN=30s must be longer than WORKER_INTERVAL=1m0s")
+	// The scheduled-only worker: neither notifies nor listens, and the
+	// timeout stays as set.
+	c, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "POLL_INTERVAL", "0", "WORKER_INTERVAL", "60s"))
+	require.NoError(t, err)
+	require.False(t, c.Worker.Worker.Listen)
+	require.False(t, c.Webhook.Handler.Notify)
+	require.Equal(t, time.Minute, c.WorkerTimeout)
 }
 
 func TestLocal(t *testing.T) {

@@ -23,6 +23,13 @@ type Local struct {
 	PurgeTimeout   time.Duration
 }
 
+// LocalWorkerTimeout is the local runner's default WORKER_TIMEOUT for a
+// resident worker: each run polls for WORKER_INTERVAL plus an overlap (half
+// the interval, at most 5s) before its margin, so consecutive runs overlap.
+func LocalWorkerTimeout(interval, margin time.Duration) time.Duration {
+	return interval + min(interval/2, 5*time.Second) + margin
+}
+
 // Runs reports whether component c is enabled.
 func (l Local) Runs(c string) bool { return slices.Contains(l.Components, c) }
 
@@ -31,8 +38,10 @@ var LocalComponents = []string{"webhook", "worker", "purge"}
 
 // LoadLocal reads LOCAL_COMPONENTS (default all: webhook,worker,purge),
 // LISTEN_ADDR (default 127.0.0.1:8080), WORKER_INTERVAL (default 2s: the
-// local stand-in for the one-minute schedule), WORKER_TIMEOUT (default 60s:
-// the stand-in for the Lambda timeout), PURGE_INTERVAL (default 1m: the
+// local stand-in for the one-minute schedule), WORKER_TIMEOUT (the stand-in
+// for the Lambda timeout; default 60s, or for a resident worker
+// LocalWorkerTimeout, so that runs overlap), NOTIFY and LISTEN (default on
+// while POLL_INTERVAL is not 0), PURGE_INTERVAL (default 1m: the
 // stand-in for the daily schedule), PURGE_TIMEOUT (default 60s) and
 // STRIPE_MODE (default test: the mode the local worker books), plus the
 // variables of each component it runs. DATABASE_URL is required. Locally one
@@ -60,19 +69,35 @@ func LoadLocal(env Env) (Local, error) {
 		p.addf("DATABASE_URL is required locally (scripts/dev.sh sets it)")
 	}
 	l.WorkerInterval = p.duration(env, "WORKER_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour)
+	workerTimeoutSet := strings.TrimSpace(env("WORKER_TIMEOUT")) != ""
 	l.WorkerTimeout = p.duration(env, "WORKER_TIMEOUT", time.Minute, 2*time.Second, 15*time.Minute)
 	l.PurgeInterval = p.duration(env, "PURGE_INTERVAL", time.Minute, 10*time.Millisecond, 24*time.Hour)
 	l.PurgeTimeout = p.duration(env, "PURGE_TIMEOUT", time.Minute, 2*time.Second, 15*time.Minute)
 	var err error
+	// Locally the webhook notifies and the worker listens unless told
+	// otherwise (NOTIFY, LISTEN): effects within a moment of the receipt.
+	// Without a resident worker (POLL_INTERVAL=0) nobody listens.
+	resident := true
+	if v := strings.TrimSpace(env("POLL_INTERVAL")); v != "" {
+		d, err := time.ParseDuration(v)
+		resident = !(v == "0" || (err == nil && d == 0))
+	}
+	localEnv := func(k string) string {
+		v := env(k)
+		if (k == "NOTIFY" || k == "LISTEN") && strings.TrimSpace(v) == "" && resident {
+			return "on"
+		}
+		return v
+	}
 	if l.Runs("webhook") {
-		if l.Webhook, err = LoadWebhook(env); err != nil {
+		if l.Webhook, err = LoadWebhook(localEnv); err != nil {
 			p.addf("%v", err)
 		}
 	}
 	if l.Runs("worker") {
 		// Locally the worker books test mode unless STRIPE_MODE says otherwise.
 		wenv := func(k string) string {
-			if v := env(k); k != "STRIPE_MODE" || strings.TrimSpace(v) != "" {
+			if v := localEnv(k); k != "STRIPE_MODE" || strings.TrimSpace(v) != "" {
 				return v
 			}
 			return worker.ModeTest
@@ -80,8 +105,24 @@ func LoadLocal(env Env) (Local, error) {
 		if l.Worker, err = LoadWorker(wenv); err != nil {
 			p.addf("%v", err)
 		}
-		if l.Worker.Worker.DeadlineMargin >= l.WorkerTimeout {
-			p.addf("WORKER_TIMEOUT=%s must be longer than DEADLINE_MARGIN=%s", l.WorkerTimeout, l.Worker.Worker.DeadlineMargin)
+		wc := l.Worker.Worker
+		if wc.PollInterval > 0 {
+			// A resident worker: each "invocation" stays until
+			// WORKER_TIMEOUT - DEADLINE_MARGIN, and the next starts every
+			// WORKER_INTERVAL, overlapping it as EventBridge's next run
+			// overlaps a Lambda still running. By default the timeout is
+			// chosen so that they overlap and a poller is always live,
+			// whatever WORKER_INTERVAL (60s, the deployed cadence, too).
+			if !workerTimeoutSet {
+				l.WorkerTimeout = LocalWorkerTimeout(l.WorkerInterval, wc.DeadlineMargin)
+			}
+			if l.WorkerTimeout-wc.DeadlineMargin <= l.WorkerInterval {
+				p.addf("WORKER_TIMEOUT=%s - DEADLINE_MARGIN=%s must be longer than WORKER_INTERVAL=%s, or the resident worker leaves gaps with no poller between runs (leave WORKER_TIMEOUT unset for %s, or set POLL_INTERVAL=0 for the scheduled-only worker)",
+					l.WorkerTimeout, wc.DeadlineMargin, l.WorkerInterval, LocalWorkerTimeout(l.WorkerInterval, wc.DeadlineMargin))
+			}
+		}
+		if wc.DeadlineMargin >= l.WorkerTimeout {
+			p.addf("WORKER_TIMEOUT=%s must be longer than DEADLINE_MARGIN=%s", l.WorkerTimeout, wc.DeadlineMargin)
 		}
 	}
 	if l.Runs("purge") {

@@ -79,5 +79,10 @@ func LoadWebhook(env Env) (Webhook, error) {
 	w.SecretFetchTimeout = p.duration(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 5*time.Second)
 	w.Handler.MaxBodyBytes = p.integer(env, "MAX_BODY_BYTES", webhook.DefaultMaxBodyBytes, 1024, webhook.FunctionURLMaxPayload)
 	w.Handler.StoreTimeout = p.duration(env, "STORE_TIMEOUT", webhook.DefaultStoreTimeout, 100*time.Millisecond, time.Minute)
+	// NOTIFY=on: the receipt's INSERT also notifies resident workers
+	// (inbox.StoreAndNotify). Off by default: notifying commits run one at a
+	// time (see internal/inbox/queries.go), and polling alone meets the
+	// latency goal.
+	w.Handler.Notify = p.onOff(env, "NOTIFY", false)
 	return w, p.err()
 }

@@ -15,7 +15,10 @@ type Worker struct {
 
 // LoadWorker reads STRIPE_MODE (required: live or test), WORKER_CONCURRENCY,
 // MAX_ATTEMPTS, LEASE, STATEMENT_TIMEOUT, DEADLINE_MARGIN, CLAIM_LIMIT,
-// BATCH_SIZE, BACKOFF_BASE and BACKOFF_CAP, and the database settings. The pool gets one connection per drainer plus one.
+// BATCH_SIZE, BACKOFF_BASE, BACKOFF_CAP, POLL_INTERVAL (default 250ms; 0
+// returns as soon as the inbox is empty) and LISTEN (on or off, default off:
+// wake on the webhook's notification; see worker.Config.Listen), and the
+// database settings. The pool gets one connection per drainer plus one.
 func LoadWorker(env Env) (Worker, error) {
 	var p problems
 	wc := worker.Config{Mode: strings.TrimSpace(env("STRIPE_MODE"))}
@@ -35,6 +38,8 @@ func LoadWorker(env Env) (Worker, error) {
 	wc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", worker.DefaultDeadlineMargin, time.Second, 15*time.Minute)
 	wc.BackoffBase = p.duration(env, "BACKOFF_BASE", worker.DefaultBackoffBase, 10*time.Millisecond, time.Hour)
 	wc.BackoffCap = p.duration(env, "BACKOFF_CAP", worker.DefaultBackoffCap, 10*time.Millisecond, 24*time.Hour)
+	wc.PollInterval = p.pollInterval(env)
+	wc.Listen = p.onOff(env, "LISTEN", false)
 	w := Worker{Common: p.common(env, "worker", wc.Concurrency+1), Worker: wc}
 	w.Database.PreparedStatements = true // see internal/database
 	if int(w.Database.MaxConns) < wc.Concurrency+1 {
@@ -48,4 +53,22 @@ func LoadWorker(env Env) (Worker, error) {
 		p.addf("%v", err)
 	}
 	return w, p.err()
+}
+
+// pollInterval reads POLL_INTERVAL: 0 (or 0s) is a setting of its own (the
+// scheduled-only worker), so it is not read as "unset".
+func (p *problems) pollInterval(env Env) time.Duration {
+	raw := strings.TrimSpace(env("POLL_INTERVAL"))
+	if raw == "" {
+		return worker.DefaultPollInterval
+	}
+	v, err := time.ParseDuration(raw)
+	if raw == "0" {
+		v, err = 0, nil
+	}
+	if err != nil || v < 0 {
+		p.addf("POLL_INTERVAL=%q: must be 0 (return as soon as the inbox is empty) or a duration from %s to %s such as 250ms (default %s)", raw, worker.MinPollInterval, worker.MaxPollInterval, worker.DefaultPollInterval)
+		return worker.DefaultPollInterval
+	}
+	return v // the range is checked by worker.Config.Validate
 }

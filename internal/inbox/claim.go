@@ -95,17 +95,21 @@ func Lock(ctx context.Context, tx DB, k Key) (Locked, bool, error) {
 	return l, true, nil
 }
 
-// MarkProcessed sets processed_at and the outcome in tx.
-func MarkProcessed(ctx context.Context, tx DB, k Key, outcome string, now *time.Time) error {
-	tag, err := tx.Exec(ctx, markProcessed, k.Provider, k.Endpoint, k.EventID, outcome, now)
-	if err != nil {
-		return fmt.Errorf("marking receipt %s processed: %w", k.EventID, err)
+// MarkProcessed sets processed_at and the outcome in tx, and returns the
+// receipt-to-effect latency (processed_at - received_at).
+func MarkProcessed(ctx context.Context, tx DB, k Key, outcome string, now *time.Time) (time.Duration, error) {
+	var seconds float64
+	err := tx.QueryRow(ctx, markProcessed, k.Provider, k.Endpoint, k.EventID, outcome, now).Scan(&seconds)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("marking receipt %s processed: 0 rows matched", k.EventID)
+	case err != nil:
+		return 0, fmt.Errorf("marking receipt %s processed: %w", k.EventID, err)
 	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("marking receipt %s processed: %d rows matched", k.EventID, tag.RowsAffected())
-	}
-	return nil
+	return seconds2duration(seconds), nil
 }
+
+func seconds2duration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // RecordFailure stores the error and makes the row claimable again after
 // delay, unless another worker has completed it meanwhile. A row that has
@@ -204,18 +208,49 @@ func LockMany(ctx context.Context, tx DB, keys []Key) (map[Key]Locked, error) {
 	return out, nil
 }
 
-// MarkManyProcessed sets processed_at and each receipt's outcome in tx.
-func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string, now *time.Time) error {
+// MarkManyProcessed sets processed_at and each receipt's outcome in tx, and
+// returns the receipt-to-effect latencies (processed_at - received_at), in
+// no particular order.
+func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string, now *time.Time) ([]time.Duration, error) {
 	if len(keys) == 0 {
-		return nil
+		return nil, nil
 	}
 	ps, es, ids := keyArrays(keys)
-	tag, err := tx.Exec(ctx, markManyProcessed, ps, es, ids, outcomes, now)
+	rows, err := tx.Query(ctx, markManyProcessed, ps, es, ids, outcomes, now)
 	if err != nil {
-		return fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
+		return nil, fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
 	}
-	if tag.RowsAffected() != int64(len(keys)) {
-		return fmt.Errorf("marking %d receipts processed: %d rows matched", len(keys), tag.RowsAffected())
+	lat, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (time.Duration, error) {
+		var s float64
+		err := r.Scan(&s)
+		return seconds2duration(s), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
+	}
+	if len(lat) != len(keys) {
+		return nil, fmt.Errorf("marking %d receipts processed: %d rows matched", len(keys), len(lat))
+	}
+	return lat, nil
+}
+
+// Claimable reports whether a claim would find a receipt now: the resident
+// worker's poll while the inbox is empty (an index probe; no lock, no
+// write).
+func Claimable(ctx context.Context, db DB, maxAttempts int, now *time.Time) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, claimable, now, maxAttempts).Scan(&ok); err != nil {
+		return false, fmt.Errorf("polling for receipts: %w", err)
+	}
+	return ok, nil
+}
+
+// Listen registers conn for the notification a stored receipt sends when
+// the webhook notifies (StoreAndNotify). conn must be a connection of its
+// own for as long as it listens.
+func Listen(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, listenReceipts); err != nil {
+		return fmt.Errorf("listening for receipts: %w", err)
 	}
 	return nil
 }

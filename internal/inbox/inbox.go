@@ -59,15 +59,27 @@ const (
 // first attempt failed as a whole, so exactly one INSERT commits. db must
 // therefore be a pool or a connection, not a transaction.
 func Store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
+	return storeWith(ctx, db, storeReceipt, endpoint, ev)
+}
+
+// StoreAndNotify is Store that also notifies resident workers listening on
+// NotifyChannel when the receipt commits (a duplicate does not notify). The
+// notification only wakes a worker early: a worker that misses it finds the
+// receipt at its next poll.
+func StoreAndNotify(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
+	return storeWith(ctx, db, storeReceiptNotify, endpoint, ev)
+}
+
+func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
 	payload, repaired := jsonbText(ev.Payload)
 	var raw []byte
 	if repaired {
 		raw = ev.Payload
 	}
-	outcome, err := store(ctx, db, endpoint, ev, payload, raw)
+	outcome, err := store(ctx, db, query, endpoint, ev, payload, raw)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && refusedContent(pgErr.Code) {
-		outcome, err = store(ctx, db, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload)
+		outcome, err = store(ctx, db, query, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload)
 	}
 	if err != nil {
 		return "", fmt.Errorf("storing receipt %s/%s: %w", endpoint, ev.ID, err)
@@ -75,9 +87,9 @@ func Store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (S
 	return outcome, nil
 }
 
-func store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
+func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
 	var inserted bool
-	err := db.QueryRow(ctx, storeReceipt,
+	err := db.QueryRow(ctx, query,
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
 		string(payload), raw,

@@ -20,12 +20,18 @@ const (
 	Milliseconds = "Milliseconds"
 )
 
-// Metric is one value.
+// Metric is one value, or several: Values (when not empty) are written as
+// an EMF array, each element one sample (so CloudWatch percentiles such as
+// p50 and p99 see every one). EMF takes at most MaxValues per metric.
 type Metric struct {
-	Name  string
-	Value float64
-	Unit  string
+	Name   string
+	Value  float64
+	Values []float64
+	Unit   string
 }
+
+// MaxValues is how many values one metric of one EMF line may carry.
+const MaxValues = 100
 
 // Emitter writes EMF lines to W.
 type Emitter struct {
@@ -61,7 +67,14 @@ func (e *Emitter) Emit(extra map[string]string, ms ...Metric) error {
 	}
 	for _, m := range ms {
 		defs = append(defs, map[string]string{"Name": m.Name, "Unit": m.Unit})
-		line[m.Name] = m.Value
+		switch {
+		case len(m.Values) > MaxValues:
+			return fmt.Errorf("encoding metrics: %s has %d values, at most %d per line", m.Name, len(m.Values), MaxValues)
+		case len(m.Values) > 0:
+			line[m.Name] = m.Values
+		default:
+			line[m.Name] = m.Value
+		}
 	}
 	line["_aws"] = map[string]any{
 		"Timestamp": e.now().UnixMilli(),

@@ -39,6 +39,9 @@ const DefaultStoreTimeout = 5 * time.Second
 type Config struct {
 	MaxBodyBytes int           // 0 means DefaultMaxBodyBytes
 	StoreTimeout time.Duration // 0 means DefaultStoreTimeout
+	// Notify: a stored receipt also wakes resident workers that LISTEN
+	// (inbox.StoreAndNotify), when it commits.
+	Notify bool
 }
 
 // Keyring is what the handler needs from the signing secrets.
@@ -171,7 +174,11 @@ func (h *Handler) handle(ctx context.Context, req events.LambdaFunctionURLReques
 
 	storeCtx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	defer cancel()
-	outcome, err := inbox.Store(storeCtx, h.db, rec.endpoint, ev)
+	store := inbox.Store
+	if h.cfg.Notify {
+		store = inbox.StoreAndNotify
+	}
+	outcome, err := store(storeCtx, h.db, rec.endpoint, ev)
 	if err != nil {
 		rec.outcome, rec.reason, rec.err = "failed", reasonStoreFailed, err
 		return response(statuses[reasonStoreFailed], bodies[reasonStoreFailed])

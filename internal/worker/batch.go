@@ -102,6 +102,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, batch []inbox.Cl
 	if err != nil {
 		return w.oneByOne(ctx, conns, batch, order, outcomes, anomalies, err)
 	}
+	var latencies []time.Duration
 	err = inTx(ctx, conn, func(tx pgx.Tx) error {
 		s.tx = tx
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
@@ -147,7 +148,9 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, batch []inbox.Cl
 				size = min(len(order), size*2)
 			}
 		}
-		return inbox.MarkManyProcessed(ctx, tx, s.doneKeys, s.doneOutcomes, w.Now())
+		var err2 error
+		latencies, err2 = inbox.MarkManyProcessed(ctx, tx, s.doneKeys, s.doneOutcomes, w.Now())
+		return err2
 	})
 	if err != nil {
 		// Nothing of this transaction committed. Fall back to one
@@ -161,6 +164,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, batch []inbox.Cl
 		}
 		return w.oneByOne(ctx, conns, batch, order[:n], outcomes, anomalies, err)
 	}
+	w.recordLatency(latencies...)
 	for _, f := range s.failures {
 		c := batch[f.i]
 		level := slog.LevelWarn
@@ -402,28 +406,32 @@ func sendWave(ctx context.Context, tx pgx.Tx, wave []*waveItem) (int, error) {
 
 // apply is the body shared by Process and ProcessBatch: lock, re-check,
 // handle, mark.
-func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome, bool, error) {
+// It also returns the receipt-to-effect latency of a receipt it marked
+// processed (0 otherwise), to be recorded once tx commits.
+func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome, bool, time.Duration, error) {
 	locked, found, err := inbox.Lock(ctx, tx, c.Key)
 	if err != nil {
-		return "", false, err
+		return "", false, 0, err
 	}
 	if !found {
-		return AlreadyDone, false, nil
+		return AlreadyDone, false, 0, nil
 	}
 	if !w.books(locked) {
-		if err := inbox.MarkProcessed(ctx, tx, c.Key, string(IgnoredOtherMode), w.Now()); err != nil {
-			return "", false, err
+		lat, err := inbox.MarkProcessed(ctx, tx, c.Key, string(IgnoredOtherMode), w.Now())
+		if err != nil {
+			return "", false, 0, err
 		}
-		return IgnoredOtherMode, false, nil
+		return IgnoredOtherMode, false, lat, nil
 	}
 	res, err := applyHandler(ctx, w.handlers, tx, event(c, locked))
 	if err != nil {
-		return "", false, err
+		return "", false, 0, err
 	}
-	if err := inbox.MarkProcessed(ctx, tx, c.Key, string(res.Outcome), w.Now()); err != nil {
-		return "", false, err
+	lat, err := inbox.MarkProcessed(ctx, tx, c.Key, string(res.Outcome), w.Now())
+	if err != nil {
+		return "", false, 0, err
 	}
-	return Outcome(res.Outcome), res.Anomaly, nil
+	return Outcome(res.Outcome), res.Anomaly, lat, nil
 }
 
 // books reports whether the receipt is of the Stripe mode this worker books.

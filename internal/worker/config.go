@@ -37,6 +37,18 @@ type Config struct {
 	// min(cap, base * 2^(attempts-1)), jittered to 50-100%.
 	BackoffBase time.Duration
 	BackoffCap  time.Duration
+	// PollInterval makes the worker resident: once the backlog is drained it
+	// keeps looking for receipts every PollInterval (an index probe on the
+	// claim's index) until the invocation's deadline minus DeadlineMargin,
+	// instead of returning. 0 (the zero value: no default is filled in) is
+	// the scheduled-only worker: return when nothing is claimable.
+	// config.LoadWorker defaults it to DefaultPollInterval.
+	PollInterval time.Duration
+	// Listen (with PollInterval > 0) also wakes the resident worker as soon
+	// as the webhook notifies (NotifyChannel) a stored receipt, through one
+	// LISTEN connection of its own. Polling stays the guarantee: a lost
+	// notification costs at most PollInterval.
+	Listen bool
 }
 
 // The Stripe modes a deployment books.
@@ -60,6 +72,13 @@ const (
 	MaxBatchSize       = 64
 	DefaultBackoffBase = 2 * time.Second
 	DefaultBackoffCap  = 5 * time.Minute
+	// DefaultPollInterval is what config.LoadWorker sets when POLL_INTERVAL
+	// is not given: a receipt waits about half of it on average for an idle
+	// worker that was not woken by a notification.
+	DefaultPollInterval = 250 * time.Millisecond
+	// MinPollInterval and MaxPollInterval bound a resident worker's poll.
+	MinPollInterval = 10 * time.Millisecond
+	MaxPollInterval = time.Hour
 )
 
 // WithDefaults fills zero fields.
@@ -121,6 +140,12 @@ func (c Config) Validate() error {
 	}
 	if c.DeadlineMargin <= c.StatementTimeout {
 		add("DEADLINE_MARGIN=%s must be longer than STATEMENT_TIMEOUT=%s, so a receipt started before the margin finishes before the invocation ends", c.DeadlineMargin, c.StatementTimeout)
+	}
+	if c.PollInterval != 0 && (c.PollInterval < MinPollInterval || c.PollInterval > MaxPollInterval) {
+		add("POLL_INTERVAL=%s: must be 0 (return as soon as the inbox is empty; the schedule alone starts the work) or from %s to %s (stay resident until the deadline margin and look for receipts that often; default %s)", c.PollInterval, MinPollInterval, MaxPollInterval, DefaultPollInterval)
+	}
+	if c.Listen && c.PollInterval == 0 {
+		add("LISTEN=on needs POLL_INTERVAL > 0: only a resident worker listens for receipts (set POLL_INTERVAL, e.g. %s, or LISTEN=off)", DefaultPollInterval)
 	}
 	if c.BackoffBase <= 0 || c.BackoffCap < c.BackoffBase {
 		add("BACKOFF_BASE=%s and BACKOFF_CAP=%s: need 0 < base <= cap", c.BackoffBase, c.BackoffCap)

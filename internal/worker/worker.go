@@ -46,11 +46,13 @@ type Worker struct {
 	Now func() *time.Time
 	// Jitter returns a number in [0, 1); math/rand by default.
 	Jitter func() float64
+
+	latency *latencyRecorder
 }
 
 // New returns a Worker. cfg must have passed Validate (after WithDefaults).
 func New(pool *pgxpool.Pool, reg handlers.Registry, cfg Config, logger *slog.Logger, em *metrics.Emitter) *Worker {
-	return &Worker{pool: pool, handlers: reg, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }, Jitter: rand.Float64}
+	return &Worker{pool: pool, handlers: reg, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }, Jitter: rand.Float64, latency: &latencyRecorder{}}
 }
 
 // Outcome of processing one claimed receipt.
@@ -107,38 +109,26 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 
 // Run drains until nothing is claimable or ctx's deadline is within the
 // margin, then reads the backlog, emits metrics and returns the summary.
+// With PollInterval > 0 the worker is resident: once drained, it keeps
+// looking for receipts (and, with Listen, wakes on the webhook's
+// notification) until the deadline minus the margin, draining again
+// whenever there is something to claim (see resident).
 // Errors of single receipts are recorded on them and do not fail the run; an
 // error is returned only when the database cannot be used at all.
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	stopAt := w.stopAt(ctx)
 
-	var (
-		mu    sync.Mutex
-		total Summary
-		errs  []error
-		wg    sync.WaitGroup
-	)
-	for i := range w.cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := w.drain(ctx, i, stopAt)
-			mu.Lock()
-			defer mu.Unlock()
-			total.Processed += s.Processed
-			total.Ignored += s.Ignored
-			total.IgnoredOtherMode += s.IgnoredOtherMode
-			total.Failed += s.Failed
-			total.AlreadyDone += s.AlreadyDone
-			total.Anomalies += s.Anomalies
-			total.Released += s.Released
-			if err != nil {
-				errs = append(errs, err)
-			}
-		}()
+	acc := &runAcc{}
+	if w.cfg.PollInterval > 0 {
+		w.resident(ctx, stopAt, acc)
+	} else {
+		w.round(ctx, stopAt, true, acc)
 	}
-	wg.Wait()
+	total, errs := acc.total, acc.errs
+	if acc.failed > 0 {
+		errs = append(errs, fmt.Errorf("and %d more errors", acc.failed))
+	}
 
 	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -165,8 +155,77 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	// and each gauge that could be read. A gauge missing only when it could
 	// not be read keeps one drainer's transient error from hiding the
 	// backlog (the alarms treat missing data as breaching).
+	w.flushLatency(ctx)
 	w.emit(ctx, total, backlogErr == nil, anomaliesErr == nil)
+	if w.cfg.PollInterval > 0 {
+		w.closeIdleConns(statsCtx)
+	}
 	return total, errors.Join(errs...)
+}
+
+// runAcc collects what the drainers of one Run did.
+type runAcc struct {
+	mu     sync.Mutex
+	total  Summary
+	errs   []error
+	failed int // errors beyond those kept
+}
+
+// maxRunErrors bounds the errors a run keeps: a resident worker that cannot
+// reach the database fails every poll until its deadline.
+const maxRunErrors = 10
+
+func (a *runAcc) add(s Summary, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.total.Processed += s.Processed
+	a.total.Ignored += s.Ignored
+	a.total.IgnoredOtherMode += s.IgnoredOtherMode
+	a.total.Failed += s.Failed
+	a.total.AlreadyDone += s.AlreadyDone
+	a.total.Anomalies += s.Anomalies
+	a.total.Released += s.Released
+	if err != nil {
+		if len(a.errs) < maxRunErrors {
+			a.errs = append(a.errs, err)
+		} else {
+			a.failed++
+		}
+	}
+}
+
+// round runs drainers until none finds anything to claim (or stopAt is
+// reached) and adds what they did to acc. With all, every drainer starts at
+// once (the scheduled-only worker). Otherwise one starts, and the others
+// join only when a claim comes back full, that is when there is more than
+// one claim's worth of backlog: a resident worker that wakes for a receipt
+// or two uses one connection, not WORKER_CONCURRENCY.
+func (w *Worker) round(ctx context.Context, stopAt time.Time, all bool, acc *runAcc) {
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		start func(id int)
+	)
+	grow := func() {
+		once.Do(func() {
+			for i := 1; i < w.cfg.Concurrency; i++ {
+				start(i)
+			}
+		})
+	}
+	start = func(id int) {
+		wg.Add(1) // while drainer 0 runs, so never from a zero count
+		go func() {
+			defer wg.Done()
+			s, err := w.drain(ctx, id, stopAt, grow)
+			acc.add(s, err)
+		}()
+	}
+	start(0)
+	if all {
+		grow()
+	}
+	wg.Wait()
 }
 
 // emit writes the run's counts, the backlog gauges when backlog is true
@@ -194,8 +253,9 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 }
 
 // drain is one drainer: it holds one connection and claims until nothing is
-// left or the deadline margin is reached.
-func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, error) {
+// left or the deadline margin is reached. It calls full after a claim that
+// took ClaimLimit receipts.
+func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full func()) (Summary, error) {
 	var s Summary
 	dc := &drainConn{pool: w.pool}
 	defer dc.release()
@@ -214,6 +274,9 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time) (Summary, 
 		}
 		if len(claimed) == 0 {
 			return s, nil
+		}
+		if len(claimed) >= w.cfg.ClaimLimit {
+			full()
 		}
 		for i := 0; i < len(claimed); {
 			if expired(stopAt) || ctx.Err() != nil {
@@ -309,13 +372,14 @@ func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed)
 	var (
 		outcome Outcome
 		anomaly bool
+		latency time.Duration
 	)
 	err := inTxOn(ctx, conns, func(tx pgx.Tx) error {
 		if err := w.setStatementTimeout(ctx, tx); err != nil {
 			return err
 		}
 		var err error
-		outcome, anomaly, err = w.apply(ctx, tx, c)
+		outcome, anomaly, latency, err = w.apply(ctx, tx, c)
 		return err
 	})
 	if err != nil {
@@ -342,6 +406,9 @@ func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed)
 		log.Log(ctx, level, "receipt failed", "outcome", Failed, "error", text, "retry_in_ms", delay.Milliseconds(),
 			"needs_review", c.Attempts >= w.cfg.MaxAttempts, "duration_ms", time.Since(start).Milliseconds())
 		return Failed, false
+	}
+	if outcome != AlreadyDone {
+		w.recordLatency(latency)
 	}
 	log.InfoContext(ctx, "receipt", "outcome", outcome, "anomaly", anomaly, "duration_ms", time.Since(start).Milliseconds())
 	return outcome, anomaly

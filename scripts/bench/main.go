@@ -45,7 +45,8 @@ var (
 	dbURL     = flag.String("db", "", "URL of the benchmark database (created and migrated by scripts/bench.sh)")
 	quick     = flag.Bool("quick", false, "smaller sizes (a smoke run)")
 	coldStart = flag.String("coldstart", "", "file with cold-start figures from the e2e suite (E2E_REPORT), if any")
-	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,scale,purge,cold,needsreview); default all")
+	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,scale,purge,cold,needsreview,latency,coverage); default all")
+	localBin  = flag.String("local", ".tmp/local", "the cmd/local binary (latency and coverage run it as a process; scripts/bench.sh builds it)")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
 	quiet     = slog.New(slog.NewTextHandler(io.Discard, nil))
 )
@@ -95,6 +96,8 @@ func main() {
 		{"purge", func() { purge(ctx, out) }},
 		{"cold", func() { cold(out) }},
 		{"needsreview", func() { needsReview(ctx, out) }},
+		{"latency", func() { latency(ctx, out) }},
+		{"coverage", func() { coverage(ctx, out) }},
 	} {
 		if *only == "" || slices.Contains(strings.Split(*only, ","), sec.name) {
 			sec.run()

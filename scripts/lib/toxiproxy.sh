@@ -46,30 +46,41 @@ toxiproxy_install() {
   rm -rf "$tmp"
 }
 
-# toxiproxy_free_port: a TCP port nothing listens on, from 58400 up.
+# toxiproxy_free_port [FROM]: a TCP port nothing listens on, from FROM
+# (default 58400) up to 58600.
 toxiproxy_free_port() {
   local port
-  for port in $(seq 58400 58600); do
+  for port in $(seq "${1:-58400}" 58600); do
     if ! (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then echo "$port"; return 0; fi
   done
   return 1
 }
 
 # toxiproxy_start BINDIR LOGFILE: starts the server on a free loopback port
-# and waits (bounded) until its API answers.
+# and waits (bounded) until its API answers. A port nothing listens on may
+# still be taken (it is in the ephemeral range: a client connection can hold
+# it as its local port, and the server's bind fails): then it tries the next
+# free port, a few times.
 toxiproxy_start() {
-  local bindir=$1 log=$2 port i
-  port=$(toxiproxy_free_port) || { tp__log "no free port"; return 1; }
-  "$bindir/toxiproxy-server" -host 127.0.0.1 -port "$port" >"$log" 2>&1 &
-  TOXIPROXY_PID=$!
-  TOXIPROXY_API="http://127.0.0.1:$port"
-  for i in $(seq 1 100); do
-    if curl -fsS --max-time 1 "$TOXIPROXY_API/version" >/dev/null 2>&1; then
-      tp__log "server $TOXIPROXY_VERSION on 127.0.0.1:$port (pid $TOXIPROXY_PID)"
-      return 0
-    fi
-    kill -0 "$TOXIPROXY_PID" 2>/dev/null || break
-    sleep 0.1
+  local bindir=$1 log=$2 port=58399 i try
+  for try in 1 2 3 4 5; do
+    port=$(toxiproxy_free_port $((port + 1))) || { tp__log "no free port"; return 1; }
+    "$bindir/toxiproxy-server" -host 127.0.0.1 -port "$port" >"$log" 2>&1 &
+    TOXIPROXY_PID=$!
+    TOXIPROXY_API="http://127.0.0.1:$port"
+    for i in $(seq 1 100); do
+      if curl -fsS --max-time 1 "$TOXIPROXY_API/version" >/dev/null 2>&1; then
+        tp__log "server $TOXIPROXY_VERSION on 127.0.0.1:$port (pid $TOXIPROXY_PID)"
+        return 0
+      fi
+      kill -0 "$TOXIPROXY_PID" 2>/dev/null || break
+      # The server logs a failed bind and keeps running without its API.
+      grep -q "address already in use" "$log" 2>/dev/null && break
+      sleep 0.1
+    done
+    grep -q "address already in use" "$log" 2>/dev/null || break # not a port taken under our feet
+    tp__log "port $port was taken (try $try); trying the next one"
+    toxiproxy_stop
   done
   tp__log "server did not answer on $TOXIPROXY_API; log:"
   cat "$log" >&2

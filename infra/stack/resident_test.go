@@ -1,0 +1,82 @@
+package stack
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestWorkerInvocationsOverlap: the configuration arithmetic of the
+// resident worker, read back from the template: each invocation polls until
+// its timeout minus DEADLINE_MARGIN, which is past the next tick of the
+// schedule, and the reserved concurrency admits the overlapping invocations.
+func TestWorkerInvocationsOverlap(t *testing.T) {
+	t.Parallel()
+	worker := dev.appFunctions(t)["worker"]
+	env := environment(worker)
+	timeout := time.Duration(props(worker)["Timeout"].(float64)) * time.Second
+	margin, err := time.ParseDuration(env["DEADLINE_MARGIN"].(string))
+	require.NoError(t, err)
+	poll, err := time.ParseDuration(env["POLL_INTERVAL"].(string))
+	require.NoError(t, err)
+	require.Positive(t, poll, "the deployed worker is resident")
+
+	_, rule := dev.one(t, "AWS::Events::Rule", "WorkerSchedule")
+	period, ok := SchedulePeriod(props(rule)["ScheduleExpression"].(string))
+	require.True(t, ok)
+	require.Greater(t, timeout-margin, period, "consecutive invocations overlap: a poller is always live")
+	reserved := props(worker)["ReservedConcurrentExecutions"].(float64)
+	require.GreaterOrEqual(t, reserved, float64((timeout+period-1)/period), "the overlapping invocations are not throttled")
+	require.Equal(t, 3.0, reserved)
+}
+
+// TestListenIsASetting: LISTEN (worker) and NOTIFY (webhook) are off by
+// default and on together with workerListen.
+func TestListenIsASetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s    *synthesized
+		want string
+	}{{dev, "off"}, {prod, "off"}, {natDev, "on"}} {
+		fns := tc.s.appFunctions(t)
+		require.Equal(t, tc.want, environment(fns["worker"])["LISTEN"], tc.s.settings.Stage)
+		require.Equal(t, tc.want, environment(fns["webhook"])["NOTIFY"], tc.s.settings.Stage)
+	}
+}
+
+// TestLatencyMetricWidgetAndOptionalAlarm: the dashboard shows the
+// receipt-to-effect p50 and p99; the p99 alarm exists only when
+// latencyP99Alarm is set.
+func TestLatencyMetricWidgetAndOptionalAlarm(t *testing.T) {
+	t.Parallel()
+	_, dash := dev.one(t, "AWS::CloudWatch::Dashboard", "Dashboard")
+	body := asJSON(t, props(dash)["DashboardBody"])
+	require.Contains(t, body, "ReceiptToEffectSeconds")
+	require.Contains(t, body, `\"stat\":\"p50\"`)
+	require.Contains(t, body, `\"stat\":\"p99\"`)
+
+	latencyAlarms := func(s *synthesized) []map[string]any {
+		var out []map[string]any
+		for _, a := range s.resources("AWS::CloudWatch::Alarm") {
+			p := props(a)
+			for _, m := range asSlice(p["Metrics"]) {
+				stat := m.(map[string]any)["MetricStat"].(map[string]any)
+				if stat["Metric"].(map[string]any)["MetricName"] == "ReceiptToEffectSeconds" {
+					require.Equal(t, "p99", stat["Stat"])
+					require.Equal(t, 300.0, stat["Period"])
+					out = append(out, p)
+				}
+			}
+		}
+		return out
+	}
+	require.Empty(t, latencyAlarms(dev), "off by default")
+	require.Empty(t, latencyAlarms(prod), "off by default")
+	got := latencyAlarms(natDev)
+	require.Len(t, got, 1)
+	require.Equal(t, 10.0, got[0]["Threshold"])
+	require.Equal(t, 3.0, got[0]["EvaluationPeriods"])
+	require.Equal(t, "notBreaching", got[0]["TreatMissingData"])
+	require.Equal(t, "StripeInbox-natdev-ReceiptLatency", got[0]["AlarmName"])
+}
