@@ -164,7 +164,7 @@ func (b *builder) monitoring() {
 	for _, name := range []string{"worker", "purge"} {
 		specs = append(specs, alarmSpec{
 			id:          OutputID(name) + "ThrottlesAlarm",
-			description: fmt.Sprintf("The %s function was throttled: the account's concurrency is exhausted.", name),
+			description: fmt.Sprintf("The %s function was throttled: its reserved concurrency is used up (worker: more overlapping invocations than workerReservedConcurrency, e.g. runs that do not end before their timeout) or the account's concurrency is exhausted.", name),
 			metric:      b.functions[name].MetricThrottles(sum), threshold: 0, periods: 1, missing: notBreaching,
 		})
 	}

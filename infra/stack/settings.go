@@ -245,6 +245,17 @@ func (s Settings) CheckAssets() error {
 // WorkerDeadlineMargin is the worker's DEADLINE_MARGIN in the stack.
 const WorkerDeadlineMargin = 30 * time.Second
 
+// WorkerMaxEventAge bounds how late a scheduled worker invocation may start
+// (the function's async invoke config and the rule target's MaxEventAge): a
+// throttled tick is retried by Lambda's async queue until then, so it may
+// overlap invocations started up to this much later.
+const WorkerMaxEventAge = time.Minute
+
+// WorkerMinOverlap is the shortest overlap of consecutive resident
+// invocations the settings accept: less than a cold start leaves a gap with
+// no poller at every tick.
+const WorkerMinOverlap = 5 * time.Second
+
 // SchedulePeriod is the period of a rate(...) schedule expression, and
 // false for cron(...) (or anything else).
 func SchedulePeriod(expr string) (time.Duration, bool) {
@@ -274,13 +285,16 @@ func (r *reader) workerTiming(s Settings) {
 	if !ok {
 		return // cron(...): no fixed period to check against
 	}
-	if s.WorkerPollInterval > 0 && s.WorkerTimeout-WorkerDeadlineMargin <= period {
-		r.addf("workerTimeout=%s: a resident worker polls until the timeout minus its DEADLINE_MARGIN (%s), which must be longer than the schedule's period (%s = %s) so consecutive invocations overlap; set workerTimeout to at least %s, or workerPollInterval=0 for the scheduled-only worker",
-			s.WorkerTimeout, WorkerDeadlineMargin, s.WorkerSchedule, period, period+WorkerDeadlineMargin+5*time.Second)
+	if s.WorkerPollInterval > 0 && s.WorkerTimeout-WorkerDeadlineMargin < period+WorkerMinOverlap {
+		r.addf("workerTimeout=%s: a resident worker polls until the timeout minus its DEADLINE_MARGIN (%s), which must be at least %s longer than the schedule's period (%s = %s) so consecutive invocations overlap by more than a cold start; set workerTimeout to at least %s, or workerPollInterval=0 for the scheduled-only worker",
+			s.WorkerTimeout, WorkerDeadlineMargin, WorkerMinOverlap, s.WorkerSchedule, period, period+WorkerDeadlineMargin+WorkerMinOverlap)
 	}
-	if need := int((s.WorkerTimeout + period - 1) / period); s.WorkerReservedConcurrency < need {
-		r.addf("workerReservedConcurrency=%d: invocations started every %s that may run %s overlap up to %d at a time; reserve at least %d (or ticks are throttled)",
-			s.WorkerReservedConcurrency, period, s.WorkerTimeout, need, need)
+	// A tick may start up to WorkerMaxEventAge late (a throttled async
+	// invocation is retried until then), so invocations that may be live at
+	// once span timeout + max event age.
+	if need := int((s.WorkerTimeout + WorkerMaxEventAge + period - 1) / period); s.WorkerReservedConcurrency < need {
+		r.addf("workerReservedConcurrency=%d: invocations started every %s that may run %s, and start up to %s late, overlap up to %d at a time; reserve at least %d (or ticks are throttled)",
+			s.WorkerReservedConcurrency, period, s.WorkerTimeout, WorkerMaxEventAge, need, need)
 	}
 }
 

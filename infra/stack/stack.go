@@ -371,7 +371,7 @@ func (b *builder) lambdas() {
 				"STRIPE_MODE":        b.s.StripeMode,
 			},
 			// The next tick comes in a minute: an older event only overlaps it.
-			maxEventAge: awscdk.Duration_Minutes(jsii.Number(1)),
+			maxEventAge: awscdk.Duration_Seconds(jsii.Number(WorkerMaxEventAge.Seconds())),
 		},
 		{
 			name:        "purge",
@@ -535,7 +535,7 @@ func (b *builder) schedules() {
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(b.functions["worker"], &awseventstargets.LambdaFunctionProps{
 			// The next tick comes in a minute; a retry would only overlap it.
 			RetryAttempts: jsii.Number(0),
-			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(WorkerMaxEventAge.Seconds())),
 		})},
 	})
 	awsevents.NewRule(b.stack, jsii.String("PurgeSchedule"), &awsevents.RuleProps{
