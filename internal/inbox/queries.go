@@ -91,6 +91,11 @@ SELECT EXISTS (
        AND available_at <= coalesce($1::timestamptz, now())
        AND attempts < $2)`
 
+// setLocalStatementTimeout: $1 the timeout ('250ms'). For the current
+// transaction only; sent in one pipeline with the statement it bounds (see
+// queryWithin).
+const setLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
+
 // lockReceipt and lockReceipts return the event as the handlers get it, as
 // bytea: the exact bytes Stripe sent when jsonb could not hold them
 // (payload_raw), else the jsonb payload's text.

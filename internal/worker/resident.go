@@ -97,10 +97,10 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 			if woken {
 				break // the claim is the check
 			}
-			found, err := w.claimable(ctx)
+			found, err := w.claimable(ctx, stopAt)
 			if err != nil {
-				if ctx.Err() != nil {
-					return // the invocation ended while polling: not a failure
+				if expired() || ctx.Err() != nil {
+					return // the run ended while polling: not a failure
 				}
 				acc.add(Summary{}, err)
 				w.logger.WarnContext(ctx, "polling for receipts failed", "error", err)
@@ -114,9 +114,15 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 }
 
 // claimable is one poll, on a connection from the pool (the one the last
-// round's drainer gave back, usually).
-func (w *Worker) claimable(ctx context.Context) (bool, error) {
-	return inbox.Claimable(ctx, w.pool, w.cfg.MaxAttempts, w.Now())
+// round's drainer gave back, usually). The server ends it after
+// StatementTimeout (a poll waiting on a lock held on webhook_inbox, say by
+// a migration, fails and the connection stays usable), and it ends at
+// stopAt at the latest, so a poll that hangs cannot keep the run past its
+// margin (see boundedCtx).
+func (w *Worker) claimable(ctx context.Context, stopAt time.Time) (bool, error) {
+	pctx, cancel := w.boundedCtx(ctx, stopAt)
+	defer cancel()
+	return inbox.Claimable(pctx, w.pool, w.cfg.MaxAttempts, w.Now(), w.cfg.StatementTimeout)
 }
 
 // listen keeps a LISTEN on inbox.NotifyChannel until ctx ends, and signals

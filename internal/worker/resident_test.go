@@ -31,6 +31,7 @@ import (
 type idleWatch struct {
 	idle, idleListening atomic.Int64
 	stopped             atomic.Int64
+	pollFailed          atomic.Int64 // "polling for receipts failed" records
 }
 
 func (h *idleWatch) Enabled(context.Context, slog.Level) bool { return true }
@@ -48,6 +49,8 @@ func (h *idleWatch) Handle(_ context.Context, r slog.Record) error {
 		})
 	case "worker resident stopped":
 		h.stopped.Add(1)
+	case "polling for receipts failed":
+		h.pollFailed.Add(1)
 	}
 	return nil
 }
@@ -221,6 +224,47 @@ func TestResidentWorkerWithNothingToDoReturnsBeforeItsDeadline(t *testing.T) {
 	require.Positive(t, watch.idle.Load())
 }
 
+// lockInbox takes an ACCESS EXCLUSIVE lock on webhook_inbox (as a
+// migration's ALTER TABLE would) in a transaction of its own, and returns
+// the function that ends it (also called at cleanup).
+func (b *testBundle) lockInbox(t *testing.T) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.Connect(t).Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE webhook_inbox IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	var once sync.Once
+	unlock = func() { once.Do(func() { require.NoError(t, tx.Rollback(ctx)) }) }
+	t.Cleanup(unlock)
+	return unlock
+}
+
+// TestResidentRunReturnsBeforeItsDeadlineWhileALockBlocksItsPolls: another
+// session holds an ACCESS EXCLUSIVE lock on webhook_inbox while a resident
+// run idles, until after the run's deadline. Every poll waits on the lock:
+// the statement timeout ends each one, the margin ends the run, and the
+// reads at the end give up before the deadline, so the run returns in time
+// and reports the failed polls. Before, the poll waited on the invocation's
+// context: the run overran its margin and its deadline, and reported
+// nothing.
+func TestResidentRunReturnsBeforeItsDeadlineWhileALockBlocksItsPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, watch := b.residentWorker(t, b.pool, worker.Config{PollInterval: 10 * time.Millisecond, StatementTimeout: time.Second, DeadlineMargin: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wait := runAsync(ctx, w)
+
+	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
+	b.lockInbox(t)
+	_, err := wait()
+	require.NoError(t, ctx.Err(), "the run returned before its deadline")
+	require.ErrorContains(t, err, "polling for receipts")
+	require.Positive(t, watch.pollFailed.Load())
+	require.EqualValues(t, 1, watch.stopped.Load())
+}
+
 // TestTwoOverlappingResidentWorkersProcessEachReceiptOnce: two resident
 // invocations (each with a pool of its own, as two Lambda execution
 // environments have) overlap while receipts keep arriving: every receipt is
@@ -292,4 +336,22 @@ func TestLatencyIsEmittedPerReceipt(t *testing.T) {
 	for _, v := range values {
 		require.GreaterOrEqual(t, v, 59.0)
 	}
+}
+
+// TestRunReturnsBeforeItsDeadlineWhileALockBlocksItsClaims: the same lock,
+// held from before a scheduled run until after its deadline: the statement
+// timeout ends each drainer's claim (the database could not be used, so the
+// run fails), and the run still returns before its deadline.
+func TestRunReturnsBeforeItsDeadlineWhileALockBlocksItsClaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, paid("evt_locked", "in_locked"))
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 2, StatementTimeout: time.Second, DeadlineMargin: 10 * time.Second})
+	b.lockInbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := w.Run(ctx)
+	require.NoError(t, ctx.Err(), "the run returned before its deadline")
+	require.ErrorContains(t, err, "claiming receipts")
+	require.Zero(t, s.Processed)
 }

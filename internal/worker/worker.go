@@ -130,7 +130,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		errs = append(errs, fmt.Errorf("and %d more errors", acc.failed))
 	}
 
-	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	statsCtx, cancel := w.statsCtx(ctx)
 	defer cancel()
 	// Receipts that reached the attempt limit before claims and failures
 	// parked them (out of the claim's index range) are parked here.
@@ -161,6 +161,27 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		w.closeIdleConns(statsCtx)
 	}
 	return total, errors.Join(errs...)
+}
+
+// statsTimeout bounds the reads at the end of a run (the backlog, the
+// anomalies), and statsReserve is the time they leave before ctx's
+// deadline for the run to write its metrics and return.
+const (
+	statsTimeout = 10 * time.Second
+	statsReserve = time.Second
+)
+
+// statsCtx is the context of the reads at the end of a run. It outlives a
+// cancelled ctx (the metrics are still wanted), but it ends before ctx's
+// deadline (by statsReserve, or half the margin if that is less), so that
+// reads waiting on a lock cannot keep the run past its deadline.
+func (w *Worker) statsCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		sctx, cancel2 := context.WithDeadline(sctx, d.Add(-min(statsReserve, w.cfg.DeadlineMargin/2)))
+		return sctx, func() { cancel2(); cancel() }
+	}
+	return sctx, cancel
 }
 
 // runAcc collects what the drainers of one Run did.
@@ -262,13 +283,7 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full func(
 	conns := dc.get
 
 	for !expired(stopAt) && ctx.Err() == nil {
-		conn, err := conns(ctx)
-		if err != nil {
-			return s, fmt.Errorf("drainer %d: %w", id, err)
-		}
-		claimed, err := inbox.Claim(ctx, conn, inbox.ClaimParams{
-			Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
-		})
+		claimed, err := w.claim(ctx, conns, stopAt)
 		if err != nil {
 			return s, fmt.Errorf("drainer %d: %w", id, err)
 		}
@@ -308,6 +323,41 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full func(
 		}
 	}
 	return s, nil
+}
+
+// claim is a drainer's claim, on its connection. The server ends it after
+// StatementTimeout (a claim waiting on a lock on webhook_inbox fails,
+// claims nothing and keeps the connection); the wait for a connection and
+// the claim end by stopAt + StatementTimeout at the latest.
+func (w *Worker) claim(ctx context.Context, conns connSource, stopAt time.Time) ([]inbox.Claimed, error) {
+	var limit time.Time
+	if !stopAt.IsZero() {
+		limit = stopAt.Add(w.cfg.StatementTimeout)
+	}
+	cctx, cancel := w.boundedCtx(ctx, limit)
+	defer cancel()
+	conn, err := conns(cctx)
+	if err != nil {
+		return nil, err
+	}
+	return inbox.Claim(cctx, conn, inbox.ClaimParams{
+		Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
+		StatementTimeout: w.cfg.StatementTimeout,
+	})
+}
+
+// boundedCtx is ctx for one poll or claim: it ends at limit (if not zero)
+// or after twice StatementTimeout, whichever is first. The server's
+// statement timeout normally ends a statement that waits first (and keeps
+// the connection); this deadline is for a server or network that does not
+// answer at all, and for the end of the run: pgx closes the connection when
+// it ends a statement on a context.
+func (w *Worker) boundedCtx(ctx context.Context, limit time.Time) (context.Context, context.CancelFunc) {
+	d := time.Now().Add(2 * w.cfg.StatementTimeout)
+	if !limit.IsZero() && limit.Before(d) {
+		d = limit
+	}
+	return context.WithDeadline(ctx, d)
 }
 
 // stopAt is when a drainer stops starting work: ctx's deadline less the
