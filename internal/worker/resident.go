@@ -50,6 +50,10 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 		}()
 	}
 
+	var (
+		loggedAt time.Time // the last "polling for receipts failed" record
+		unlogged int       // failed polls since
+	)
 	lastFlush := time.Now()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -102,16 +106,29 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 				if expired() || ctx.Err() != nil {
 					return // the run ended while polling: not a failure
 				}
+				// Counted (PollErrors) and logged at most every
+				// pollErrorLogEvery, with the number of failures since the
+				// last record: not a record every PollInterval while the
+				// database is away. The run goes on (see Run).
 				acc.add(Summary{}, err)
-				w.logger.WarnContext(ctx, "polling for receipts failed", "error", err)
+				unlogged++
+				if loggedAt.IsZero() || time.Since(loggedAt) >= pollErrorLogEvery {
+					w.logger.WarnContext(ctx, "polling for receipts failed", "error", err, "failures", unlogged)
+					loggedAt, unlogged = time.Now(), 0
+				}
 				continue
 			}
+			acc.succeeded()
 			if found {
 				break
 			}
 		}
 	}
 }
+
+// pollErrorLogEvery is how often, at most, a resident worker whose polls
+// keep failing logs it.
+const pollErrorLogEvery = 10 * time.Second
 
 // claimable is one poll, on a connection from the pool (the one the last
 // round's drainer gave back, usually). The server ends it after

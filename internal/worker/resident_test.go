@@ -245,7 +245,7 @@ func (b *testBundle) lockInbox(t *testing.T) (unlock func()) {
 // run idles, until after the run's deadline. Every poll waits on the lock:
 // the statement timeout ends each one, the margin ends the run, and the
 // reads at the end give up before the deadline, so the run returns in time
-// and reports the failed polls. Before, the poll waited on the invocation's
+// and counts the failed polls. Before, the poll waited on the invocation's
 // context: the run overran its margin and its deadline, and reported
 // nothing.
 func TestResidentRunReturnsBeforeItsDeadlineWhileALockBlocksItsPolls(t *testing.T) {
@@ -258,9 +258,10 @@ func TestResidentRunReturnsBeforeItsDeadlineWhileALockBlocksItsPolls(t *testing.
 
 	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
 	b.lockInbox(t)
-	_, err := wait()
+	s, err := wait()
 	require.NoError(t, ctx.Err(), "the run returned before its deadline")
-	require.ErrorContains(t, err, "polling for receipts")
+	require.NoError(t, err, "the database could be used (the first claim and polls worked): failed polls do not fail the run")
+	require.Positive(t, s.PollErrors)
 	require.Positive(t, watch.pollFailed.Load())
 	require.EqualValues(t, 1, watch.stopped.Load())
 }
@@ -338,6 +339,34 @@ func TestLatencyIsEmittedPerReceipt(t *testing.T) {
 	}
 }
 
+// TestResidentRunOutlivesFailedPolls: polls fail for a while (a lock on
+// webhook_inbox past the statement timeout), then the lock goes away. The
+// run counts the failures, processes the receipt stored afterwards, and
+// returns no error: one failed poll among the hundreds of a resident run
+// must not fail the invocation (and page). Before, the first failed poll
+// was the run's error.
+func TestResidentRunOutlivesFailedPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, watch := b.residentWorker(t, b.pool, worker.Config{PollInterval: 10 * time.Millisecond, StatementTimeout: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runAsync(ctx, w)
+
+	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
+	unlock := b.lockInbox(t)
+	waitFor(t, "a poll fails", func() bool { return watch.pollFailed.Load() > 0 })
+	unlock()
+	storeEvent(t, b.pool, paid("evt_after", "in_after"), false)
+	b.db.WaitUntil(t, "the receipt is processed", "SELECT count(*) = 1 FROM webhook_inbox WHERE event_id = 'evt_after' AND processed_at IS NOT NULL")
+	cancel()
+	s, err := wait()
+	require.NoError(t, err)
+	require.Positive(t, s.PollErrors)
+	require.Equal(t, 1, s.Processed)
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_after'"))
+}
+
 // TestRunReturnsBeforeItsDeadlineWhileALockBlocksItsClaims: the same lock,
 // held from before a scheduled run until after its deadline: the statement
 // timeout ends each drainer's claim (the database could not be used, so the
@@ -352,6 +381,7 @@ func TestRunReturnsBeforeItsDeadlineWhileALockBlocksItsClaims(t *testing.T) {
 	defer cancel()
 	s, err := w.Run(ctx)
 	require.NoError(t, ctx.Err(), "the run returned before its deadline")
-	require.ErrorContains(t, err, "claiming receipts")
+	require.ErrorContains(t, err, "claiming receipts", "no claim succeeded: the database could not be used")
 	require.Zero(t, s.Processed)
+	require.Equal(t, 2, s.PollErrors, "one failed claim per drainer")
 }

@@ -73,18 +73,22 @@ const (
 
 // Summary is what one Run did, and the backlog it left.
 type Summary struct {
-	Processed           int     `json:"processed"`
-	Ignored             int     `json:"ignored"`
-	IgnoredOtherMode    int     `json:"ignored_other_mode"`
-	Failed              int     `json:"failed"`
-	AlreadyDone         int     `json:"already_done"`
-	Anomalies           int     `json:"anomalies"`
-	Released            int     `json:"released"`
-	Remaining           int     `json:"remaining"`
-	OldestAgeSeconds    float64 `json:"oldest_unprocessed_age_seconds"`
-	NeedsReview         int     `json:"needs_review"`
-	UnresolvedAnomalies int     `json:"unresolved_anomalies"`
-	DurationMs          int64   `json:"duration_ms"`
+	Processed        int     `json:"processed"`
+	Ignored          int     `json:"ignored"`
+	IgnoredOtherMode int     `json:"ignored_other_mode"`
+	Failed           int     `json:"failed"`
+	AlreadyDone      int     `json:"already_done"`
+	Anomalies        int     `json:"anomalies"`
+	Released         int     `json:"released"`
+	Remaining        int     `json:"remaining"`
+	OldestAgeSeconds float64 `json:"oldest_unprocessed_age_seconds"`
+	NeedsReview      int     `json:"needs_review"`
+	// PollErrors counts the polls and claims of the run that failed (the
+	// database unreachable for a moment, a lock on webhook_inbox past the
+	// statement timeout). They do not fail the run unless none succeeded.
+	PollErrors          int   `json:"poll_errors"`
+	UnresolvedAnomalies int   `json:"unresolved_anomalies"`
+	DurationMs          int64 `json:"duration_ms"`
 }
 
 func (s *Summary) add(o Outcome, anomaly bool) {
@@ -114,7 +118,11 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 // notification) until the deadline minus the margin, draining again
 // whenever there is something to claim (see resident).
 // Errors of single receipts are recorded on them and do not fail the run; an
-// error is returned only when the database cannot be used at all.
+// error is returned only when the database cannot be used at all: when no
+// poll and no claim of the run succeeded. Otherwise failed polls and claims
+// are counted (Summary.PollErrors, metric PollErrors) and logged, and the
+// run goes on: a resident run polls hundreds of times, and one that failed
+// must not fail the invocation (and page).
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	stopAt := w.stopAt(ctx)
@@ -125,7 +133,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	} else {
 		w.round(ctx, stopAt, true, acc)
 	}
-	total, errs := acc.total, acc.errs
+	total, errs, used := acc.total, acc.errs, acc.used
 	if acc.failed > 0 {
 		errs = append(errs, fmt.Errorf("and %d more errors", acc.failed))
 	}
@@ -160,6 +168,12 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	if w.cfg.PollInterval > 0 {
 		w.closeIdleConns(statsCtx)
 	}
+	if err := errors.Join(errs...); err != nil && used {
+		// The database was usable: what failed is counted and logged,
+		// and the run is not a failure.
+		w.logger.WarnContext(ctx, "worker run had errors", "poll_errors", total.PollErrors, "error", err)
+		return total, nil
+	}
 	return total, errors.Join(errs...)
 }
 
@@ -189,7 +203,15 @@ type runAcc struct {
 	mu     sync.Mutex
 	total  Summary
 	errs   []error
-	failed int // errors beyond those kept
+	failed int  // errors beyond those kept
+	used   bool // a poll or a claim succeeded: the database could be used
+}
+
+// succeeded records a poll or claim that succeeded.
+func (a *runAcc) succeeded() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.used = true
 }
 
 // maxRunErrors bounds the errors a run keeps: a resident worker that cannot
@@ -207,6 +229,7 @@ func (a *runAcc) add(s Summary, err error) {
 	a.total.Anomalies += s.Anomalies
 	a.total.Released += s.Released
 	if err != nil {
+		a.total.PollErrors++
 		if len(a.errs) < maxRunErrors {
 			a.errs = append(a.errs, err)
 		} else {
@@ -238,7 +261,7 @@ func (w *Worker) round(ctx context.Context, stopAt time.Time, all bool, acc *run
 		wg.Add(1) // while drainer 0 runs, so never from a zero count
 		go func() {
 			defer wg.Done()
-			s, err := w.drain(ctx, id, stopAt, grow)
+			s, err := w.drain(ctx, id, stopAt, grow, acc.succeeded)
 			acc.add(s, err)
 		}()
 	}
@@ -267,6 +290,7 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 		metrics.Metric{Name: "Failed", Value: float64(s.Failed), Unit: metrics.Count},
 		metrics.Metric{Name: "Ignored", Value: float64(s.Ignored), Unit: metrics.Count},
 		metrics.Metric{Name: "IgnoredOtherMode", Value: float64(s.IgnoredOtherMode), Unit: metrics.Count},
+		metrics.Metric{Name: "PollErrors", Value: float64(s.PollErrors), Unit: metrics.Count},
 	)...)
 	if err != nil {
 		w.logger.ErrorContext(ctx, "writing metrics", "error", err)
@@ -275,8 +299,8 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 
 // drain is one drainer: it holds one connection and claims until nothing is
 // left or the deadline margin is reached. It calls full after a claim that
-// took ClaimLimit receipts.
-func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full func()) (Summary, error) {
+// took ClaimLimit receipts, and usable after every claim that succeeded.
+func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usable func()) (Summary, error) {
 	var s Summary
 	dc := &drainConn{pool: w.pool}
 	defer dc.release()
@@ -287,6 +311,7 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full func(
 		if err != nil {
 			return s, fmt.Errorf("drainer %d: %w", id, err)
 		}
+		usable()
 		if len(claimed) == 0 {
 			return s, nil
 		}
