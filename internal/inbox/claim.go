@@ -174,8 +174,15 @@ func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time
 // the lease has expired another worker may have claimed the receipt again
 // (counting another attempt); that claim is left alone.
 func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int, error) {
+	released, err := ReleaseKeys(ctx, db, claims, now)
+	return len(released), err
+}
+
+// ReleaseKeys is Release, and returns the keys of the receipts it gave
+// back.
+func ReleaseKeys(ctx context.Context, db DB, claims []Claimed, now *time.Time) ([]Key, error) {
 	if len(claims) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	keys := make([]Key, len(claims))
 	attempts := make([]int32, len(claims))
@@ -183,11 +190,19 @@ func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int,
 		keys[i], attempts[i] = c.Key, int32(c.Attempts)
 	}
 	ps, es, ids := keyArrays(keys)
-	tag, err := db.Exec(ctx, releaseClaims, ps, es, ids, attempts, now)
+	rows, err := db.Query(ctx, releaseClaims, ps, es, ids, attempts, now)
 	if err != nil {
-		return 0, fmt.Errorf("releasing %d claims: %w", len(claims), err)
+		return nil, fmt.Errorf("releasing %d claims: %w", len(claims), err)
 	}
-	return int(tag.RowsAffected()), nil
+	released, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
+		var k Key
+		err := r.Scan(&k.Provider, &k.Endpoint, &k.EventID)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("releasing %d claims: %w", len(claims), err)
+	}
+	return released, nil
 }
 
 // ParkNeedsReview moves the unprocessed receipts that used up maxAttempts
