@@ -73,22 +73,22 @@ const (
 
 // Summary is what one Run did, and the backlog it left.
 type Summary struct {
-	Processed        int     `json:"processed"`
-	Ignored          int     `json:"ignored"`
-	IgnoredOtherMode int     `json:"ignored_other_mode"`
-	Failed           int     `json:"failed"`
-	AlreadyDone      int     `json:"already_done"`
-	Anomalies        int     `json:"anomalies"`
-	Released         int     `json:"released"`
-	Remaining        int     `json:"remaining"`
-	OldestAgeSeconds float64 `json:"oldest_unprocessed_age_seconds"`
-	NeedsReview      int     `json:"needs_review"`
+	Processed           int     `json:"processed"`
+	Ignored             int     `json:"ignored"`
+	IgnoredOtherMode    int     `json:"ignored_other_mode"`
+	Failed              int     `json:"failed"`
+	AlreadyDone         int     `json:"already_done"`
+	Anomalies           int     `json:"anomalies"`
+	Released            int     `json:"released"`
+	Remaining           int     `json:"remaining"`
+	OldestAgeSeconds    float64 `json:"oldest_unprocessed_age_seconds"`
+	NeedsReview         int     `json:"needs_review"`
+	UnresolvedAnomalies int     `json:"unresolved_anomalies"`
+	DurationMs          int64   `json:"duration_ms"`
 	// PollErrors counts the polls and claims of the run that failed (the
 	// database unreachable for a moment, a lock on webhook_inbox past the
 	// statement timeout). They do not fail the run unless none succeeded.
-	PollErrors          int   `json:"poll_errors"`
-	UnresolvedAnomalies int   `json:"unresolved_anomalies"`
-	DurationMs          int64 `json:"duration_ms"`
+	PollErrors int `json:"poll_errors"`
 }
 
 func (s *Summary) add(o Outcome, anomaly bool) {
@@ -309,6 +309,9 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usab
 	for !expired(stopAt) && ctx.Err() == nil {
 		claimed, err := w.claim(ctx, conns, stopAt)
 		if err != nil {
+			if ctx.Err() != nil {
+				return s, nil // the run was ended (cancelled) while claiming: not a failure
+			}
 			return s, fmt.Errorf("drainer %d: %w", id, err)
 		}
 		usable()
