@@ -82,7 +82,11 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		}
 		defer pool.Close()
 		resident := cfg.Worker.Worker.PollInterval > 0
-		schedule(ctx, &wg, cfg.WorkerInterval, cfg.WorkerTimeout, resident, func(runCtx context.Context) {
+		concurrent := 1
+		if resident {
+			concurrent = maxResidentRuns
+		}
+		schedule(ctx, &wg, logger, "worker", cfg.WorkerInterval, cfg.WorkerTimeout, concurrent, func(runCtx context.Context) {
 			s, err := w.Run(runCtx)
 			if err != nil && ctx.Err() == nil {
 				logger.Error("worker run failed", "error", err)
@@ -103,7 +107,7 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			return err
 		}
 		defer pool.Close()
-		schedule(ctx, &wg, cfg.PurgeInterval, cfg.PurgeTimeout, false, func(runCtx context.Context) {
+		schedule(ctx, &wg, logger, "purge", cfg.PurgeInterval, cfg.PurgeTimeout, 1, func(runCtx context.Context) {
 			_, _ = p.Run(runCtx) // Run logs its summary or its error
 		})
 		fmt.Printf("purge running every %s (retention %s)\n", cfg.PurgeInterval, cfg.Purge.Purge.Retention)
@@ -118,28 +122,49 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 	return nil
 }
 
+// maxResidentRuns is how many resident worker runs may go on at once: the
+// local stand-in for the worker's reserved concurrency in the stack
+// (workerReservedConcurrency), which throttles an invocation beyond it. Each
+// run holds connections of its own (a LISTEN connection taken out of the
+// pool for good, a poller, its drainers), so unbounded runs (a run that
+// overstays its timeout, say a poll stuck on a lock) would pile up and
+// exhaust the pool and the database. Two is what the default WORKER_TIMEOUT
+// needs: a run ends WORKER_INTERVAL + min(WORKER_INTERVAL/2, 5s) after its
+// tick, so only the previous run is still going when the next one starts.
+const maxResidentRuns = 2
+
 // schedule stands in for an EventBridge rule: it invokes fn now and then
 // every interval until ctx ends, each time with a context that ends after
-// timeout, as a Lambda invocation's does. With overlap, each invocation
-// starts on its tick even while the previous one still runs, as EventBridge
-// starts a Lambda while the previous invocation is still resident;
-// otherwise the next one waits for the previous to return.
-func schedule(ctx context.Context, wg *sync.WaitGroup, interval, timeout time.Duration, overlap bool, fn func(context.Context)) {
+// timeout, as a Lambda invocation's does. With concurrent > 1, each
+// invocation starts on its tick even while previous ones still run, as
+// EventBridge starts a Lambda while the previous invocation is still
+// resident, but at most concurrent at once: a tick that finds that many
+// running is skipped and logged, as a throttled invocation would be.
+// Otherwise (concurrent <= 1) the next one waits for the previous to return.
+func schedule(ctx context.Context, wg *sync.WaitGroup, logger *slog.Logger, name string, interval, timeout time.Duration, concurrent int, fn func(context.Context)) {
+	running := make(chan struct{}, max(concurrent, 1))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			runCtx, cancel := context.WithTimeout(ctx, timeout)
-			if overlap {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer cancel()
-					fn(runCtx)
-				}()
+			if concurrent > 1 {
+				select {
+				case running <- struct{}{}:
+					runCtx, cancel := context.WithTimeout(ctx, timeout)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						defer func() { <-running }()
+						defer cancel()
+						fn(runCtx)
+					}()
+				default:
+					logger.Warn("run skipped: the previous runs are still going", "component", name, "running", concurrent)
+				}
 			} else {
+				runCtx, cancel := context.WithTimeout(ctx, timeout)
 				fn(runCtx)
 				cancel()
 			}

@@ -24,25 +24,71 @@ type ClaimParams struct {
 	MaxAttempts int
 	Limit       int
 	Lease       time.Duration
+	// StatementTimeout, when positive, bounds the claim on the server
+	// (statement_timeout for its own transaction only): a claim that waits
+	// on a lock (say a migration's ACCESS EXCLUSIVE lock on webhook_inbox)
+	// fails with SQLSTATE 57014 after it and claims nothing, and the
+	// connection stays usable. Cancelling the context instead closes the
+	// connection and leaves the server's session waiting on the lock.
+	StatementTimeout time.Duration
 }
 
 // Claim takes up to p.Limit claimable receipts in one short statement that
 // commits on its own: each one's attempt is counted and it is hidden from
 // other claims for the lease.
-func Claim(ctx context.Context, db DB, p ClaimParams) ([]Claimed, error) {
-	rows, err := db.Query(ctx, claimReceipts, p.Now, p.MaxAttempts, p.Limit, p.Lease.Milliseconds())
-	if err != nil {
-		return nil, fmt.Errorf("claiming receipts: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		var c Claimed
-		err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.ObjectID, &c.Attempts)
-		return c, err
-	})
+func Claim(ctx context.Context, db BatchDB, p ClaimParams) ([]Claimed, error) {
+	var out []Claimed
+	err := queryWithin(ctx, db, p.StatementTimeout, func(rows pgx.Rows) (err error) {
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+			var c Claimed
+			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.ObjectID, &c.Attempts)
+			return c, err
+		})
+		return err
+	}, claimReceipts, p.Now, p.MaxAttempts, p.Limit, p.Lease.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claiming receipts: %w", err)
 	}
 	return out, nil
+}
+
+// BatchDB is a DB that can also send a pipeline of statements (a pool or a
+// connection): what a statement bounded by a statement timeout needs.
+type BatchDB interface {
+	DB
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// queryWithin runs sql and hands its rows to read. With a positive timeout
+// it runs under that statement_timeout, set for its transaction only, in
+// one round trip: set_config(..., is_local) and sql go in one pipeline,
+// which PostgreSQL runs as one implicit transaction. The server cancels a
+// statement that runs (or waits on a lock) longer, and the connection stays
+// usable; nothing else on the connection is affected.
+func queryWithin(ctx context.Context, db BatchDB, timeout time.Duration, read func(pgx.Rows) error, sql string, args ...any) error {
+	if timeout <= 0 {
+		rows, err := db.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		return read(rows)
+	}
+	b := &pgx.Batch{}
+	b.Queue(setLocalStatementTimeout, fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))) // 0 would mean none
+	b.Queue(sql, args...)
+	br := db.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return err
+	}
+	rows, err := br.Query()
+	if err == nil {
+		err = read(rows)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // ExplainClaim returns the plan of the claim p describes, as EXPLAIN
@@ -128,8 +174,15 @@ func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time
 // the lease has expired another worker may have claimed the receipt again
 // (counting another attempt); that claim is left alone.
 func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int, error) {
+	released, err := ReleaseKeys(ctx, db, claims, now)
+	return len(released), err
+}
+
+// ReleaseKeys is Release, and returns the keys of the receipts it gave
+// back.
+func ReleaseKeys(ctx context.Context, db DB, claims []Claimed, now *time.Time) ([]Key, error) {
 	if len(claims) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	keys := make([]Key, len(claims))
 	attempts := make([]int32, len(claims))
@@ -137,11 +190,19 @@ func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int,
 		keys[i], attempts[i] = c.Key, int32(c.Attempts)
 	}
 	ps, es, ids := keyArrays(keys)
-	tag, err := db.Exec(ctx, releaseClaims, ps, es, ids, attempts, now)
+	rows, err := db.Query(ctx, releaseClaims, ps, es, ids, attempts, now)
 	if err != nil {
-		return 0, fmt.Errorf("releasing %d claims: %w", len(claims), err)
+		return nil, fmt.Errorf("releasing %d claims: %w", len(claims), err)
 	}
-	return int(tag.RowsAffected()), nil
+	released, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
+		var k Key
+		err := r.Scan(&k.Provider, &k.Endpoint, &k.EventID)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("releasing %d claims: %w", len(claims), err)
+	}
+	return released, nil
 }
 
 // ParkNeedsReview moves the unprocessed receipts that used up maxAttempts
@@ -236,10 +297,15 @@ func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string
 
 // Claimable reports whether a claim would find a receipt now: the resident
 // worker's poll while the inbox is empty (an index probe; no lock, no
-// write).
-func Claimable(ctx context.Context, db DB, maxAttempts int, now *time.Time) (bool, error) {
+// write). A positive timeout bounds it on the server, as
+// ClaimParams.StatementTimeout bounds a claim.
+func Claimable(ctx context.Context, db BatchDB, maxAttempts int, now *time.Time, timeout time.Duration) (bool, error) {
 	var ok bool
-	if err := db.QueryRow(ctx, claimable, now, maxAttempts).Scan(&ok); err != nil {
+	err := queryWithin(ctx, db, timeout, func(rows pgx.Rows) (err error) {
+		ok, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+		return err
+	}, claimable, now, maxAttempts)
+	if err != nil {
 		return false, fmt.Errorf("polling for receipts: %w", err)
 	}
 	return ok, nil

@@ -91,6 +91,11 @@ SELECT EXISTS (
        AND available_at <= coalesce($1::timestamptz, now())
        AND attempts < $2)`
 
+// setLocalStatementTimeout: $1 the timeout ('250ms'). For the current
+// transaction only; sent in one pipeline with the statement it bounds (see
+// queryWithin).
+const setLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
+
 // lockReceipt and lockReceipts return the event as the handlers get it, as
 // bytea: the exact bytes Stripe sent when jsonb could not hold them
 // (payload_raw), else the jsonb payload's text.
@@ -152,9 +157,9 @@ UPDATE webhook_inbox AS w
 // attempted (the invocation is about to end): the attempt is uncounted and
 // the row is claimable at once. A row whose attempts differ from its claim's
 // was claimed again by another worker after the lease expired: it is not
-// ours to release. (Attempts only grow, except by a release: a row released
-// back to our count was released by the worker that re-claimed it, and then
-// neither of us attempted it.)
+// ours to release. Returns the keys of the rows released. (Attempts only
+// grow, except by a release: a row released back to our count was released
+// by the worker that re-claimed it, and then neither of us attempted it.)
 const releaseClaims = `
 UPDATE webhook_inbox AS w
    SET attempts     = greatest(w.attempts - 1, 0),
@@ -162,7 +167,8 @@ UPDATE webhook_inbox AS w
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, endpoint, event_id, attempts)
  WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
    AND w.attempts = k.attempts
-   AND w.processed_at IS NULL`
+   AND w.processed_at IS NULL
+RETURNING w.provider, w.endpoint, w.event_id`
 
 // backlogStats: $1 max_attempts, $2 now. Reads only unprocessed rows
 // (through the partial index).

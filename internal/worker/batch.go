@@ -37,9 +37,14 @@ import (
 // has committed and released its locks.
 //
 // It returns one outcome per receipt, in the order given, and whether each
-// raised an anomaly. A receipt of a failed batch that the fallback did not
-// start because ctx's deadline margin (Config.DeadlineMargin) had come is
-// Released (see oneByOne).
+// raised an anomaly. A batch whose first transaction was closed early goes
+// on in another one only while ctx's deadline margin (Config.DeadlineMargin)
+// has not come (the caller checks it before the first): from then on, the
+// receipts not started are given back, Released (see giveBack), as are
+// those of a failed batch that the fallback did not start (see oneByOne). A
+// receipt that could not be given back (the release failed, or another
+// worker has claimed it since) has no outcome (""): it keeps its counted
+// attempt and comes back after its lease.
 func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, batch []inbox.Claimed) ([]Outcome, []bool) {
 	return w.processBatch(ctx, fixedConn(conn), batch)
 }
@@ -54,7 +59,14 @@ func (w *Worker) processBatch(ctx context.Context, conns connSource, batch []inb
 	})
 	outcomes := make([]Outcome, len(batch))
 	anomalies := make([]bool, len(batch))
-	for len(order) > 0 {
+	stopAt := w.stopAt(ctx)
+	for first := true; len(order) > 0; first = false {
+		// As the drainer checks before each batch: a transaction started
+		// past the margin could run into the end of the invocation.
+		if !first && (expired(stopAt) || ctx.Err() != nil) {
+			w.giveBack(ctx, conns, batch, order, outcomes, anomalies, nil)
+			break
+		}
 		done := w.batchTx(ctx, conns, batch, order, outcomes, anomalies)
 		order = order[done:]
 	}
@@ -215,28 +227,40 @@ func (w *Worker) oneByOne(ctx context.Context, conns connSource, batch []inbox.C
 	return len(order)
 }
 
-// giveBack releases batch[order[0]], batch[order[1]], ... (see oneByOne).
-// A receipt that could not be released (the release failed, or another
-// worker has claimed it since) keeps its counted attempt and comes back
-// after its lease; none records a failure.
+// giveBack releases batch[order[0]], batch[order[1]], ..., not started
+// when the deadline margin came: after the batch transaction failed with
+// err (see oneByOne), or between two transactions of a batch (err nil).
+// Only the receipts it released are Released. One that could not be (the
+// release failed, or another worker has claimed it since) keeps no outcome
+// and its counted attempt, and comes back after its lease; none records a
+// failure.
 func (w *Worker) giveBack(ctx context.Context, conns connSource, batch []inbox.Claimed, order []int, outcomes []Outcome, anomalies []bool, err error) {
 	rest := make([]inbox.Claimed, len(order))
 	for k, i := range order {
 		rest[k] = batch[i]
-		outcomes[i], anomalies[i] = Released, false
 	}
 	wctx := context.WithoutCancel(ctx)
 	conn, rerr := conns(wctx)
-	released := 0
+	var released []inbox.Key
 	if rerr == nil {
-		released, rerr = inbox.Release(wctx, conn, rest, w.Now())
+		released, rerr = inbox.ReleaseKeys(wctx, conn, rest, w.Now())
 	}
 	if rerr != nil {
 		w.logger.ErrorContext(ctx, "releasing claims", "error", rerr, "count", len(rest))
 		return
 	}
-	w.logger.WarnContext(ctx, "batch transaction failed at the end of the invocation; its receipts are given back",
-		"error", describe(err), "receipts", len(rest), "released", released)
+	for _, i := range order {
+		if slices.Contains(released, batch[i].Key) {
+			outcomes[i], anomalies[i] = Released, false
+		}
+	}
+	if err != nil {
+		w.logger.WarnContext(ctx, "batch transaction failed at the end of the invocation; its receipts are given back",
+			"error", describe(err), "receipts", len(rest), "released", len(released))
+		return
+	}
+	w.logger.WarnContext(ctx, "deadline margin reached in the middle of a batch; the receipts not started are given back",
+		"receipts", len(rest), "released", len(released))
 }
 
 // batchState is one batch transaction in progress.

@@ -201,6 +201,78 @@ func TestBatchFallbackPastTheMarginGivesTheReceiptsBack(t *testing.T) {
 	}
 }
 
+// TestBatchSplitPastTheMarginGivesTheRestBack: a batch transaction closes
+// early (its first receipt took longer than the statement timeout), and by
+// then the invocation's deadline margin has come. The rest of the batch is
+// not started in another transaction: it is given back, attempts
+// uncounted. A receipt of it that another worker has claimed since (its
+// lease had expired) is not released, and is not counted as released.
+// Before, the next transaction processed the rest past the margin, and a
+// give-back counted every receipt as released even when it was not.
+func TestBatchSplitPastTheMarginGivesTheRestBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// evt_s0's object sorts last in the batch, evt_s1's first.
+	for i, inv := range []string{"in_sz", "in_sa", "in_sb", "in_sc", "in_sd"} {
+		b.receive(t, paid(fmt.Sprintf("evt_s%d", i), inv))
+	}
+	ctx := context.Background()
+	const lease = time.Minute
+	t0 := future()
+	first, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{Now: &t0, MaxAttempts: 10, Limit: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.Equal(t, "evt_s0", first[0].EventID)
+	t1 := t0.Add(10 * time.Second)
+	rest, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{Now: &t1, MaxAttempts: 10, Limit: 4, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, rest, 4)
+	// Another worker claims evt_s0 again once its lease has expired (the
+	// others' leases have not).
+	t2 := t0.Add(lease + time.Second)
+	other, err := inbox.Claim(ctx, b.pool, inbox.ClaimParams{Now: &t2, MaxAttempts: 10, Limit: 5, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, other, 1)
+	require.Equal(t, "evt_s0", other[0].EventID)
+
+	const margin = time.Hour
+	const statementTimeout = 100 * time.Millisecond
+	stopAt := time.Now().Add(time.Second)
+	reg := handlers.Default()
+	real := reg["invoice.paid"]
+	// The batch's first receipt (in_sa) returns once the margin has come
+	// and the statement timeout has passed since it started, so the
+	// transaction takes no other receipt and commits.
+	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		if ev.ID == "evt_s1" {
+			started := time.Now()
+			for time.Now().Before(stopAt) || time.Since(started) < statementTimeout {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		return real(ctx, tx, ev)
+	}
+	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 5, BatchSize: 5, StatementTimeout: statementTimeout, DeadlineMargin: margin})
+	dctx, cancel := context.WithDeadline(ctx, stopAt.Add(margin))
+	defer cancel()
+	batch := append(first, rest...)
+	outcomes, _ := w.ProcessBatch(dctx, b.db.Connect(t), batch)
+	got := map[string]worker.Outcome{}
+	for i, o := range outcomes {
+		got[batch[i].EventID] = o
+	}
+	require.Equal(t, map[string]worker.Outcome{
+		"evt_s1": worker.Applied,
+		"evt_s2": worker.Released, "evt_s3": worker.Released, "evt_s4": worker.Released,
+		"evt_s0": "", // the other worker's now: not released, not counted
+	}, got)
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", "processed_at IS NULL AND attempts = 0 AND last_error IS NULL AND available_at <= now()"),
+		"given back, attempt uncounted, no failure recorded, claimable at once")
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_s0' AND processed_at IS NULL AND attempts = 2 AND available_at = $1", t2.Add(lease)),
+		"the other worker's claim is left alone")
+}
+
 // TestLateReleaseLeavesTheNextClaimAlone: worker A claims a receipt and
 // stalls past its lease; worker B claims it again. When A wakes up at the
 // end of its invocation and gives back what it did not start, B's claim is
@@ -240,8 +312,9 @@ func TestLateReleaseLeavesTheNextClaimAlone(t *testing.T) {
 
 // TestMetricsSurviveADrainersClaimError: a drainer's claim fails (a lock
 // held on the table makes it run out of lock_timeout, as a claim can time
-// out in production) after the run processed a receipt. The run reports the
-// error, and still emits its counts, and each gauge it could read: with an
+// out in production) after the run processed a receipt. The run counts the
+// error (PollErrors; the database could be used, so it is not the run's
+// error), and still emits its counts, and each gauge it could read: with an
 // EXCLUSIVE lock the backlog can still be read (a plain SELECT), with an
 // ACCESS EXCLUSIVE lock it cannot, and only the backlog gauges are missing.
 // Before, one drainer's error suppressed every metric of the run.
@@ -296,10 +369,10 @@ func TestMetricsSurviveADrainersClaimError(t *testing.T) {
 			}
 			w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 1})
 			s, err := w.Run(ctx)
-			require.Error(t, err)
-			require.Contains(t, err.Error(), "claiming receipts: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)")
+			require.NoError(t, err, "the first claim worked: a failed claim is counted, not the run's error")
 			require.NoError(t, <-locked)
 			require.Equal(t, 1, s.Processed)
+			require.Equal(t, 1, s.PollErrors)
 
 			var emf map[string]any
 			require.NoError(t, json.Unmarshal([]byte(lastEMF(t, b.metrics)), &emf))
@@ -307,12 +380,12 @@ func TestMetricsSurviveADrainersClaimError(t *testing.T) {
 			require.EqualValues(t, 0, emf["Failed"])
 			require.EqualValues(t, 0, emf["Ignored"])
 			require.EqualValues(t, 0, emf["AnomalyCount"])
+			require.EqualValues(t, 1, emf["PollErrors"])
 			if mode == "EXCLUSIVE" {
 				require.EqualValues(t, 2, emf["BacklogCount"])
 				require.EqualValues(t, 0, emf["NeedsReviewCount"])
 				require.Contains(t, emf, "OldestUnprocessedAgeSeconds")
 			} else {
-				require.Contains(t, err.Error(), "reading backlog")
 				for _, gauge := range []string{"BacklogCount", "NeedsReviewCount", "OldestUnprocessedAgeSeconds"} {
 					require.NotContains(t, emf, gauge, "a gauge that could not be read is missing, not 0")
 				}

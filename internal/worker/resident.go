@@ -50,6 +50,10 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 		}()
 	}
 
+	var (
+		loggedAt time.Time // the last "polling for receipts failed" record
+		unlogged int       // failed polls since
+	)
 	lastFlush := time.Now()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -97,15 +101,24 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 			if woken {
 				break // the claim is the check
 			}
-			found, err := w.claimable(ctx)
+			found, err := w.claimable(ctx, stopAt)
 			if err != nil {
-				if ctx.Err() != nil {
-					return // the invocation ended while polling: not a failure
+				if expired() || ctx.Err() != nil {
+					return // the run ended while polling: not a failure
 				}
+				// Counted (PollErrors) and logged at most every
+				// pollErrorLogEvery, with the number of failures since the
+				// last record: not a record every PollInterval while the
+				// database is away. The run goes on (see Run).
 				acc.add(Summary{}, err)
-				w.logger.WarnContext(ctx, "polling for receipts failed", "error", err)
+				unlogged++
+				if loggedAt.IsZero() || time.Since(loggedAt) >= pollErrorLogEvery {
+					w.logger.WarnContext(ctx, "polling for receipts failed", "error", err, "failures", unlogged)
+					loggedAt, unlogged = time.Now(), 0
+				}
 				continue
 			}
+			acc.succeeded()
 			if found {
 				break
 			}
@@ -113,10 +126,20 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 	}
 }
 
+// pollErrorLogEvery is how often, at most, a resident worker whose polls
+// keep failing logs it.
+const pollErrorLogEvery = 10 * time.Second
+
 // claimable is one poll, on a connection from the pool (the one the last
-// round's drainer gave back, usually).
-func (w *Worker) claimable(ctx context.Context) (bool, error) {
-	return inbox.Claimable(ctx, w.pool, w.cfg.MaxAttempts, w.Now())
+// round's drainer gave back, usually). The server ends it after
+// StatementTimeout (a poll waiting on a lock held on webhook_inbox, say by
+// a migration, fails and the connection stays usable), and it ends at
+// stopAt at the latest, so a poll that hangs cannot keep the run past its
+// margin (see boundedCtx).
+func (w *Worker) claimable(ctx context.Context, stopAt time.Time) (bool, error) {
+	pctx, cancel := w.boundedCtx(ctx, stopAt)
+	defer cancel()
+	return inbox.Claimable(pctx, w.pool, w.cfg.MaxAttempts, w.Now(), w.cfg.StatementTimeout)
 }
 
 // listen keeps a LISTEN on inbox.NotifyChannel until ctx ends, and signals

@@ -31,6 +31,7 @@ import (
 type idleWatch struct {
 	idle, idleListening atomic.Int64
 	stopped             atomic.Int64
+	pollFailed          atomic.Int64 // "polling for receipts failed" records
 }
 
 func (h *idleWatch) Enabled(context.Context, slog.Level) bool { return true }
@@ -48,6 +49,8 @@ func (h *idleWatch) Handle(_ context.Context, r slog.Record) error {
 		})
 	case "worker resident stopped":
 		h.stopped.Add(1)
+	case "polling for receipts failed":
+		h.pollFailed.Add(1)
 	}
 	return nil
 }
@@ -175,7 +178,10 @@ func TestResidentWorkerStopsAtTheMarginAndGivesBackUnstartedClaims(t *testing.T)
 	for i := range 3 {
 		b.receive(t, paid(fmt.Sprintf("evt_m%d", i), fmt.Sprintf("in_m%d", i)))
 	}
-	const margin = 5 * time.Second
+	// Generous: the claim must come before the margin (after connecting),
+	// and the rest (the handler's statements, the release, the reads at
+	// the end) within it, however busy the machine.
+	const margin = 10 * time.Second
 	reg := handlers.Default()
 	real := reg["invoice.paid"]
 	// The first receipt's handler returns only once the margin is reached
@@ -193,7 +199,7 @@ func TestResidentWorkerStopsAtTheMarginAndGivesBackUnstartedClaims(t *testing.T)
 	watch := &idleWatch{}
 	w := worker.New(b.pool, reg, cfg, slog.New(watch), metrics.New(b.metrics, "Test", nil))
 
-	ctx, cancel := context.WithTimeout(context.Background(), margin+3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), margin+8*time.Second)
 	defer cancel()
 	s, err := w.Run(ctx)
 	require.NoError(t, err)
@@ -210,8 +216,10 @@ func TestResidentWorkerStopsAtTheMarginAndGivesBackUnstartedClaims(t *testing.T)
 func TestResidentWorkerWithNothingToDoReturnsBeforeItsDeadline(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, watch := b.residentWorker(t, b.pool, worker.Config{PollInterval: 10 * time.Millisecond, DeadlineMargin: 5 * time.Second, Listen: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	// Generous: the run connects, claims, listens and idles before the
+	// margin (5 s), and returns within it (10 s), however busy the machine.
+	w, watch := b.residentWorker(t, b.pool, worker.Config{PollInterval: 10 * time.Millisecond, DeadlineMargin: 10 * time.Second, Listen: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	s, err := w.Run(ctx)
 	require.NoError(t, err)
@@ -219,6 +227,48 @@ func TestResidentWorkerWithNothingToDoReturnsBeforeItsDeadline(t *testing.T) {
 	require.Zero(t, s.Processed)
 	require.EqualValues(t, 1, watch.stopped.Load())
 	require.Positive(t, watch.idle.Load())
+}
+
+// lockInbox takes an ACCESS EXCLUSIVE lock on webhook_inbox (as a
+// migration's ALTER TABLE would) in a transaction of its own, and returns
+// the function that ends it (also called at cleanup).
+func (b *testBundle) lockInbox(t *testing.T) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.Connect(t).Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE webhook_inbox IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	var once sync.Once
+	unlock = func() { once.Do(func() { require.NoError(t, tx.Rollback(ctx)) }) }
+	t.Cleanup(unlock)
+	return unlock
+}
+
+// TestResidentRunReturnsBeforeItsDeadlineWhileALockBlocksItsPolls: another
+// session holds an ACCESS EXCLUSIVE lock on webhook_inbox while a resident
+// run idles, until after the run's deadline. Every poll waits on the lock:
+// the statement timeout ends each one, the margin ends the run, and the
+// reads at the end give up before the deadline, so the run returns in time
+// and counts the failed polls. Before, the poll waited on the invocation's
+// context: the run overran its margin and its deadline, and reported
+// nothing.
+func TestResidentRunReturnsBeforeItsDeadlineWhileALockBlocksItsPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, watch := b.residentWorker(t, b.pool, worker.Config{PollInterval: 10 * time.Millisecond, StatementTimeout: time.Second, DeadlineMargin: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wait := runAsync(ctx, w)
+
+	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
+	b.lockInbox(t)
+	s, err := wait()
+	require.NoError(t, ctx.Err(), "the run returned before its deadline")
+	require.NoError(t, err, "the database could be used (the first claim and polls worked): failed polls do not fail the run")
+	require.Positive(t, s.PollErrors)
+	require.Positive(t, watch.pollFailed.Load())
+	require.EqualValues(t, 1, watch.stopped.Load())
 }
 
 // TestTwoOverlappingResidentWorkersProcessEachReceiptOnce: two resident
@@ -292,4 +342,51 @@ func TestLatencyIsEmittedPerReceipt(t *testing.T) {
 	for _, v := range values {
 		require.GreaterOrEqual(t, v, 59.0)
 	}
+}
+
+// TestResidentRunOutlivesFailedPolls: polls fail for a while (a lock on
+// webhook_inbox past the statement timeout), then the lock goes away. The
+// run counts the failures, processes the receipt stored afterwards, and
+// returns no error: one failed poll among the hundreds of a resident run
+// must not fail the invocation (and page). Before, the first failed poll
+// was the run's error.
+func TestResidentRunOutlivesFailedPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, watch := b.residentWorker(t, b.pool, worker.Config{PollInterval: 10 * time.Millisecond, StatementTimeout: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runAsync(ctx, w)
+
+	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
+	unlock := b.lockInbox(t)
+	waitFor(t, "a poll fails", func() bool { return watch.pollFailed.Load() > 0 })
+	unlock()
+	storeEvent(t, b.pool, paid("evt_after", "in_after"), false)
+	b.db.WaitUntil(t, "the receipt is processed", "SELECT count(*) = 1 FROM webhook_inbox WHERE event_id = 'evt_after' AND processed_at IS NOT NULL")
+	cancel()
+	s, err := wait()
+	require.NoError(t, err)
+	require.Positive(t, s.PollErrors)
+	require.Equal(t, 1, s.Processed)
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_after'"))
+}
+
+// TestRunReturnsBeforeItsDeadlineWhileALockBlocksItsClaims: the same lock,
+// held from before a scheduled run until after its deadline: the statement
+// timeout ends each drainer's claim (the database could not be used, so the
+// run fails), and the run still returns before its deadline.
+func TestRunReturnsBeforeItsDeadlineWhileALockBlocksItsClaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, paid("evt_locked", "in_locked"))
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 2, StatementTimeout: time.Second, DeadlineMargin: 10 * time.Second})
+	b.lockInbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := w.Run(ctx)
+	require.NoError(t, ctx.Err(), "the run returned before its deadline")
+	require.ErrorContains(t, err, "claiming receipts", "no claim succeeded: the database could not be used")
+	require.Zero(t, s.Processed)
+	require.Equal(t, 2, s.PollErrors, "one failed claim per drainer")
 }

@@ -85,6 +85,10 @@ type Summary struct {
 	NeedsReview         int     `json:"needs_review"`
 	UnresolvedAnomalies int     `json:"unresolved_anomalies"`
 	DurationMs          int64   `json:"duration_ms"`
+	// PollErrors counts the polls and claims of the run that failed (the
+	// database unreachable for a moment, a lock on webhook_inbox past the
+	// statement timeout). They do not fail the run unless none succeeded.
+	PollErrors int `json:"poll_errors"`
 }
 
 func (s *Summary) add(o Outcome, anomaly bool) {
@@ -114,7 +118,11 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 // notification) until the deadline minus the margin, draining again
 // whenever there is something to claim (see resident).
 // Errors of single receipts are recorded on them and do not fail the run; an
-// error is returned only when the database cannot be used at all.
+// error is returned only when the database cannot be used at all: when no
+// poll and no claim of the run succeeded. Otherwise failed polls and claims
+// are counted (Summary.PollErrors, metric PollErrors) and logged, and the
+// run goes on: a resident run polls hundreds of times, and one that failed
+// must not fail the invocation (and page).
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	stopAt := w.stopAt(ctx)
@@ -125,12 +133,12 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	} else {
 		w.round(ctx, stopAt, true, acc)
 	}
-	total, errs := acc.total, acc.errs
+	total, errs, used := acc.total, acc.errs, acc.used
 	if acc.failed > 0 {
 		errs = append(errs, fmt.Errorf("and %d more errors", acc.failed))
 	}
 
-	statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	statsCtx, cancel := w.statsCtx(ctx)
 	defer cancel()
 	// Receipts that reached the attempt limit before claims and failures
 	// parked them (out of the claim's index range) are parked here.
@@ -160,7 +168,34 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	if w.cfg.PollInterval > 0 {
 		w.closeIdleConns(statsCtx)
 	}
+	if err := errors.Join(errs...); err != nil && used {
+		// The database was usable: what failed is counted and logged,
+		// and the run is not a failure.
+		w.logger.WarnContext(ctx, "worker run had errors", "poll_errors", total.PollErrors, "error", err)
+		return total, nil
+	}
 	return total, errors.Join(errs...)
+}
+
+// statsTimeout bounds the reads at the end of a run (the backlog, the
+// anomalies), and statsReserve is the time they leave before ctx's
+// deadline for the run to write its metrics and return.
+const (
+	statsTimeout = 10 * time.Second
+	statsReserve = time.Second
+)
+
+// statsCtx is the context of the reads at the end of a run. It outlives a
+// cancelled ctx (the metrics are still wanted), but it ends before ctx's
+// deadline (by statsReserve, or half the margin if that is less), so that
+// reads waiting on a lock cannot keep the run past its deadline.
+func (w *Worker) statsCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		sctx, cancel2 := context.WithDeadline(sctx, d.Add(-min(statsReserve, w.cfg.DeadlineMargin/2)))
+		return sctx, func() { cancel2(); cancel() }
+	}
+	return sctx, cancel
 }
 
 // runAcc collects what the drainers of one Run did.
@@ -168,7 +203,15 @@ type runAcc struct {
 	mu     sync.Mutex
 	total  Summary
 	errs   []error
-	failed int // errors beyond those kept
+	failed int  // errors beyond those kept
+	used   bool // a poll or a claim succeeded: the database could be used
+}
+
+// succeeded records a poll or claim that succeeded.
+func (a *runAcc) succeeded() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.used = true
 }
 
 // maxRunErrors bounds the errors a run keeps: a resident worker that cannot
@@ -186,6 +229,7 @@ func (a *runAcc) add(s Summary, err error) {
 	a.total.Anomalies += s.Anomalies
 	a.total.Released += s.Released
 	if err != nil {
+		a.total.PollErrors++
 		if len(a.errs) < maxRunErrors {
 			a.errs = append(a.errs, err)
 		} else {
@@ -217,7 +261,7 @@ func (w *Worker) round(ctx context.Context, stopAt time.Time, all bool, acc *run
 		wg.Add(1) // while drainer 0 runs, so never from a zero count
 		go func() {
 			defer wg.Done()
-			s, err := w.drain(ctx, id, stopAt, grow)
+			s, err := w.drain(ctx, id, stopAt, grow, acc.succeeded)
 			acc.add(s, err)
 		}()
 	}
@@ -246,6 +290,7 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 		metrics.Metric{Name: "Failed", Value: float64(s.Failed), Unit: metrics.Count},
 		metrics.Metric{Name: "Ignored", Value: float64(s.Ignored), Unit: metrics.Count},
 		metrics.Metric{Name: "IgnoredOtherMode", Value: float64(s.IgnoredOtherMode), Unit: metrics.Count},
+		metrics.Metric{Name: "PollErrors", Value: float64(s.PollErrors), Unit: metrics.Count},
 	)...)
 	if err != nil {
 		w.logger.ErrorContext(ctx, "writing metrics", "error", err)
@@ -254,24 +299,22 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 
 // drain is one drainer: it holds one connection and claims until nothing is
 // left or the deadline margin is reached. It calls full after a claim that
-// took ClaimLimit receipts.
-func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full func()) (Summary, error) {
+// took ClaimLimit receipts, and usable after every claim that succeeded.
+func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usable func()) (Summary, error) {
 	var s Summary
 	dc := &drainConn{pool: w.pool}
 	defer dc.release()
 	conns := dc.get
 
 	for !expired(stopAt) && ctx.Err() == nil {
-		conn, err := conns(ctx)
+		claimed, err := w.claim(ctx, conns, stopAt)
 		if err != nil {
+			if ctx.Err() != nil {
+				return s, nil // the run was ended (cancelled) while claiming: not a failure
+			}
 			return s, fmt.Errorf("drainer %d: %w", id, err)
 		}
-		claimed, err := inbox.Claim(ctx, conn, inbox.ClaimParams{
-			Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
-		})
-		if err != nil {
-			return s, fmt.Errorf("drainer %d: %w", id, err)
-		}
+		usable()
 		if len(claimed) == 0 {
 			return s, nil
 		}
@@ -308,6 +351,41 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full func(
 		}
 	}
 	return s, nil
+}
+
+// claim is a drainer's claim, on its connection. The server ends it after
+// StatementTimeout (a claim waiting on a lock on webhook_inbox fails,
+// claims nothing and keeps the connection); the wait for a connection and
+// the claim end by stopAt + StatementTimeout at the latest.
+func (w *Worker) claim(ctx context.Context, conns connSource, stopAt time.Time) ([]inbox.Claimed, error) {
+	var limit time.Time
+	if !stopAt.IsZero() {
+		limit = stopAt.Add(w.cfg.StatementTimeout)
+	}
+	cctx, cancel := w.boundedCtx(ctx, limit)
+	defer cancel()
+	conn, err := conns(cctx)
+	if err != nil {
+		return nil, err
+	}
+	return inbox.Claim(cctx, conn, inbox.ClaimParams{
+		Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
+		StatementTimeout: w.cfg.StatementTimeout,
+	})
+}
+
+// boundedCtx is ctx for one poll or claim: it ends at limit (if not zero)
+// or after twice StatementTimeout, whichever is first. The server's
+// statement timeout normally ends a statement that waits first (and keeps
+// the connection); this deadline is for a server or network that does not
+// answer at all, and for the end of the run: pgx closes the connection when
+// it ends a statement on a context.
+func (w *Worker) boundedCtx(ctx context.Context, limit time.Time) (context.Context, context.CancelFunc) {
+	d := time.Now().Add(2 * w.cfg.StatementTimeout)
+	if !limit.IsZero() && limit.Before(d) {
+		d = limit
+	}
+	return context.WithDeadline(ctx, d)
 }
 
 // stopAt is when a drainer stops starting work: ctx's deadline less the

@@ -552,7 +552,8 @@ func TestSummaryAndMetrics(t *testing.T) {
 	def := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
 	require.Equal(t, "Test", def["Namespace"])
 	require.Equal(t, []any{[]any{"Service"}}, def["Dimensions"])
-	require.Len(t, def["Metrics"], 8)
+	require.EqualValues(t, 0, emf["PollErrors"])
+	require.Len(t, def["Metrics"], 9)
 
 	out, err := json.Marshal(s)
 	require.NoError(t, err)
