@@ -184,17 +184,8 @@ func TestValidatingTheOutcomeCheckDoesNotWaitForWebhookInserts(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Empty(t)
 	ctx := context.Background()
-	all, err := migrate.All()
-	require.NoError(t, err)
-	var before []migrate.Migration
-	for _, m := range all {
-		if m.Version < "0010" {
-			before = append(before, m)
-		}
-	}
 	conn := db.Connect(t)
-	_, err = migrate.Apply(ctx, conn, before)
-	require.NoError(t, err)
+	pgtest.MigrateBelow(t, conn, "0010")
 	var validated bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT convalidated FROM pg_constraint WHERE conname = 'webhook_inbox_outcome_check'").Scan(&validated))
 	require.False(t, validated)

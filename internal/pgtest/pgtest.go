@@ -273,6 +273,25 @@ func (d *Database) WaitUntil(t testing.TB, what, cond string) {
 	t.Fatalf("pgtest: gave up waiting until %s", what)
 }
 
+// MigrateBelow applies, on conn, the migrations whose version is below
+// version: a database as an earlier release left it, for upgrade tests.
+func MigrateBelow(t testing.TB, conn *pgx.Conn, version string) {
+	t.Helper()
+	all, err := migrate.All()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	var before []migrate.Migration
+	for _, m := range all {
+		if m.Version < version {
+			before = append(before, m)
+		}
+	}
+	if _, err := migrate.Apply(context.Background(), conn, before); err != nil {
+		t.Fatalf("pgtest: migrating below %s: %v", version, err)
+	}
+}
+
 // WaitForLockWaiter waits until some session of the test database waits on a
 // lock.
 func (d *Database) WaitForLockWaiter(t testing.TB) {

@@ -270,18 +270,9 @@ func upgradedWith(t *testing.T, sql string) *testBundle {
 	t.Helper()
 	db := pgtest.Empty(t)
 	ctx := context.Background()
-	all, err := migrate.All()
-	require.NoError(t, err)
-	var before []migrate.Migration
-	for _, m := range all {
-		if m.Version < "0005" {
-			before = append(before, m)
-		}
-	}
 	conn := db.Connect(t)
-	_, err = migrate.Apply(ctx, conn, before)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, sql)
+	pgtest.MigrateBelow(t, conn, "0005")
+	_, err := conn.Exec(ctx, sql)
 	require.NoError(t, err)
 	_, err = migrate.Up(ctx, conn)
 	require.NoError(t, err)
