@@ -80,11 +80,7 @@ func TestRefundThatFailsAfterSucceedingGivesTheSameRowsInEitherOrder(t *testing.
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
-			for _, ev := range order {
-				b.receive(t, ev)
-				b.run(t, w)
-			}
+			b.applyOneByOne(t, order...)
 			require.Equal(t, want, b.ledger(t))
 			require.Equal(t, 1, b.db.Count(t, "refunds", "id = 're_1' AND status = 'failed' AND succeeded"))
 		})
@@ -150,11 +146,7 @@ func TestRefundIsAttributedToItsInvoiceInAnyOrder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
-			for _, ev := range events {
-				b.receive(t, ev)
-				b.run(t, w)
-			}
+			b.applyOneByOne(t, events...)
 			w1 := want
 			if w, ok := wants[name]; ok {
 				w1 = w
@@ -226,11 +218,7 @@ func TestDescriptiveFieldsFollowTheNewestSnapshot(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
-			for _, ev := range tc.events {
-				b.receive(t, ev)
-				b.run(t, w)
-			}
+			b.applyOneByOne(t, tc.events...)
 			require.Equal(t, tc.want, read(b))
 			if tc.want.Status == "paid" {
 				require.Equal(t, []string{"in_1 payment 1300"}, b.ledger(t))
@@ -374,11 +362,7 @@ func TestARefundAndItsReversalAreNeverSplitAcrossKeys(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
-			for _, ev := range events {
-				b.receive(t, ev)
-				b.run(t, w)
-			}
+			b.applyOneByOne(t, events...)
 			require.Equal(t, want, b.ledger(t))
 			require.Equal(t, 1, b.db.Count(t, "refunds", "id = 're_1' AND invoice_id = 'in_1' AND booked_under = 'in_1'"))
 		})
@@ -512,4 +496,15 @@ func TestInvoicePaidIsOneStatementInTheCommonCase(t *testing.T) {
 		require.Equal(t, 1, db.n, ev.ID)
 	}
 	require.Equal(t, []string{"in_1 payment 100", "in_2 payment 100"}, b.ledger(t))
+}
+
+// applyOneByOne stores each event and runs a one-drainer worker after each,
+// so they are processed in exactly this order.
+func (b *testBundle) applyOneByOne(t *testing.T, events ...[]byte) {
+	t.Helper()
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1})
+	for _, ev := range events {
+		b.receive(t, ev)
+		b.run(t, w)
+	}
 }
