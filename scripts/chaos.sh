@@ -112,14 +112,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  local port
-  for port in $(seq 58700 58900); do
-    if ! (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then echo "$port"; return 0; fi
-  done
-  return 1
-}
-
 # slow_link NAME DB LATENCY_MS: a toxiproxy link to PostgreSQL that delays
 # every reply (server to client) by LATENCY_MS, so that no round trip through
 # it can take less, on any machine. Starts toxiproxy if this scenario has not
@@ -130,8 +122,7 @@ slow_link() {
     toxiproxy_install "$OUT/bin" || die "cannot install toxiproxy"
     toxiproxy_start "$OUT/bin" "$SLOGS/toxiproxy.log" || die "cannot start toxiproxy"
   fi
-  port=$(free_port) || die "no free port"
-  toxiproxy_add_proxy "$name" "127.0.0.1:$port" "127.0.0.1:$PG_THROWAWAY_PORT" || die "cannot create the proxy $name"
+  port=$(toxiproxy_add_proxy "$name" "127.0.0.1:$PG_THROWAWAY_PORT") || die "cannot create the proxy $name"
   toxiproxy_add_toxic "$name" "${name}_latency" latency downstream 1.0 "{\"latency\":$ms,\"jitter\":0}" \
     || die "cannot add latency to $name"
   SLOW_URL="postgres://postgres@127.0.0.1:$port/$db?sslmode=disable&connect_timeout=5"
@@ -370,8 +361,7 @@ scenario_network() {
   local db=chaos_network url proxied tport rc=0 faults=0 n spec name type stream tox attrs
   toxiproxy_install "$OUT/bin" || die "network: cannot install toxiproxy"
   toxiproxy_start "$OUT/bin" "$SLOGS/toxiproxy.log" || die "network: cannot start toxiproxy"
-  tport=$(free_port) || die "no free port"
-  toxiproxy_add_proxy pg "127.0.0.1:$tport" "127.0.0.1:$PG_THROWAWAY_PORT" || die "network: cannot create the proxy"
+  tport=$(toxiproxy_add_proxy pg "127.0.0.1:$PG_THROWAWAY_PORT") || die "network: cannot create the proxy"
   new_db $db
   url=$(db_url $db)
   proxied="postgres://postgres@127.0.0.1:$tport/$db?sslmode=disable&connect_timeout=3"

@@ -5,8 +5,7 @@
 #
 #   toxiproxy_install .tmp/bin          # go install, once (needs the Go proxy)
 #   toxiproxy_start .tmp/bin LOGFILE    # sets TOXIPROXY_API, TOXIPROXY_PID
-#   port=$(toxiproxy_free_port)
-#   toxiproxy_add_proxy pg "127.0.0.1:$port" "127.0.0.1:$PGPORT"
+#   port=$(toxiproxy_add_proxy pg "127.0.0.1:$PGPORT")   # prints its port
 #   toxiproxy_add_toxic pg resets reset_peer downstream 1.0 '{"timeout":50}'
 #   toxiproxy_remove_toxic pg resets
 #   toxiproxy_reset                     # removes every toxic
@@ -105,9 +104,24 @@ tp__api() { # METHOD PATH [JSON]
   fi
 }
 
-# toxiproxy_add_proxy NAME LISTEN UPSTREAM (host:port each).
+# toxiproxy_add_proxy NAME UPSTREAM (host:port): a proxy listening on a
+# loopback port the kernel picks, printed on stdout. The server binds
+# "127.0.0.1:0" and answers with the address it got (proxy.go of v2.12.0:
+# net.Listen, then Listen = listener.Addr().String()). A port chosen here
+# instead could be taken between the check and the bind: the ports are in the
+# ephemeral range, and CI once failed with the server's 500 for that.
 toxiproxy_add_proxy() {
-  tp__api POST /proxies "{\"name\":\"$1\",\"listen\":\"$2\",\"upstream\":\"$3\",\"enabled\":true}"
+  local out listen
+  out=$(curl -sS --max-time 5 -X POST -H 'Content-Type: application/json' \
+    -d "{\"name\":\"$1\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"$2\",\"enabled\":true}" \
+    -w '\n%{http_code}' "$TOXIPROXY_API/proxies") || { tp__log "cannot reach the API at $TOXIPROXY_API"; return 1; }
+  if [ "${out##*$'\n'}" != 201 ]; then
+    tp__log "creating the proxy $1 failed: ${out//$'\n'/ }"
+    return 1
+  fi
+  listen=$(printf '%s' "${out%$'\n'*}" | sed -n 's/.*"listen":"127\.0\.0\.1:\([0-9]*\)".*/\1/p')
+  [ -n "$listen" ] || { tp__log "the proxy $1 has no listen port in: ${out%$'\n'*}"; return 1; }
+  echo "$listen"
 }
 
 # toxiproxy_add_toxic PROXY NAME TYPE STREAM TOXICITY ATTRIBUTES_JSON
