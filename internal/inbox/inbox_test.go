@@ -55,7 +55,9 @@ func (b *testBundle) claim(t *testing.T, at time.Time, maxAttempts, limit int) [
 	return c
 }
 
-func key(id string) inbox.Key { return inbox.Key{Provider: inbox.ProviderStripe, Endpoint: "billing", EventID: id} }
+func key(id string) inbox.Key {
+	return inbox.Key{Provider: inbox.ProviderStripe, Endpoint: "billing", EventID: id}
+}
 
 func TestStoreKeepsOneReceiptPerEndpointAndEvent(t *testing.T) {
 	t.Parallel()
