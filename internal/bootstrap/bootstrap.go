@@ -27,10 +27,11 @@ import (
 )
 
 // Logger returns the JSON logger every function uses, at LOG_LEVEL (debug,
-// info, warn, error; default info).
+// info, warn, error; default info). It is built before the configuration is
+// loaded, so that a configuration error can be logged: an invalid LOG_LEVEL
+// logs at info here, and the function's loader refuses it (config.LogLevel).
 func Logger(w io.Writer) *slog.Logger {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL")))
+	level, _ := config.LogLevel(os.Getenv)
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
