@@ -112,7 +112,12 @@ func NewWorker(ctx context.Context, c config.Worker, logger *slog.Logger, out io
 	if err != nil {
 		return nil, nil, err
 	}
-	return worker.New(pool, handlers.Default(), c.Worker, logger, Metrics(out, c.Common)), pool, nil
+	w, err := worker.New(pool, handlers.Default(), c.Worker, logger, Metrics(out, c.Common))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return w, pool, nil
 }
 
 // NewPurger builds the purge.
@@ -121,5 +126,10 @@ func NewPurger(ctx context.Context, c config.Purge, logger *slog.Logger, out io.
 	if err != nil {
 		return nil, nil, err
 	}
-	return retention.New(pool, c.Purge, logger, Metrics(out, c.Common)), pool, nil
+	p, err := retention.New(pool, c.Purge, logger, Metrics(out, c.Common))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return p, pool, nil
 }

@@ -66,7 +66,7 @@ func (c Config) WithDefaults() Config {
 // Validate reports every mistake, phrased as what to fix. The variable names
 // are those functions/purge reads. It is the one place where the settings'
 // ranges are checked: config.LoadPurge only parses them and reports what
-// Validate finds.
+// Validate finds, and New validates before it builds.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }

@@ -21,6 +21,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -51,9 +52,23 @@ type Purger struct {
 	Now func() *time.Time
 }
 
-// New returns a Purger. cfg must have passed Validate (after WithDefaults).
-func New(db DB, cfg Config, logger *slog.Logger, em *metrics.Emitter) *Purger {
-	return &Purger{db: db, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }}
+// New returns a Purger, as River's NewClient does: it fills cfg's zero
+// fields with the defaults (WithDefaults), then validates it, and returns an
+// error saying what to fix instead of a purge that could delete receipts
+// inside Stripe's retry window. em may be nil (no metrics).
+func New(db DB, cfg Config, logger *slog.Logger, em *metrics.Emitter) (*Purger, error) {
+	cfg = cfg.WithDefaults()
+	errs := []error{cfg.Validate()}
+	if db == nil {
+		errs = append(errs, errors.New("no database"))
+	}
+	if logger == nil {
+		errs = append(errs, errors.New("no logger"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid purge configuration: %w", err)
+	}
+	return &Purger{db: db, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }}, nil
 }
 
 // Summary is what one Run did.

@@ -58,7 +58,11 @@ func crashChild(url string) {
 	batch, _ := strconv.Atoi(os.Getenv(crashChildBatchEnv))
 	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, Lease: time.Minute, StatementTimeout: 30 * time.Second, DeadlineMargin: 40 * time.Second,
 		ClaimLimit: max(batch, 1), BatchSize: max(batch, 1)}.WithDefaults()
-	w := worker.New(pool, reg, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	w, err := worker.New(pool, reg, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		fmt.Println("UNEXPECTED:", err)
+		os.Exit(3)
+	}
 	_, _ = w.Run(ctx)
 	fmt.Println("UNEXPECTED: run returned")
 	os.Exit(3)
