@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -76,7 +77,7 @@ func (b *testBundle) status(t *testing.T, inv string) string {
 	t.Helper()
 	var s string
 	err := b.tx.QueryRow(context.Background(), "SELECT status FROM invoices WHERE id = $1", inv).Scan(&s)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ""
 	}
 	require.NoError(t, err)
