@@ -97,6 +97,7 @@ pg18_start() {
 }
 
 pg18__cleanup() {
+  set +e # a log line that cannot be written must not stop the cleanup
   pg_stop_throwaway
   [ -z "${PG18_COPY:-}" ] || rm -rf "$PG18_COPY"
 }
@@ -107,10 +108,14 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   # shellcheck source=postgres.sh
   . "$(dirname "$0")/postgres.sh"
   PG18_COPY=""
+  # SIGPIPE ignored here (not in the command): when our output goes into a
+  # pipe whose reader is gone (the whole group interrupted), a log line
+  # would otherwise kill this script before it stops the cluster.
+  trap '' PIPE
   trap pg18__cleanup EXIT
   trap 'exit 130' INT TERM
   pg18_start || { pg18__log "cannot start PostgreSQL 18"; exit 1; }
   TEST_DATABASE_URL=$PG_THROWAWAY_URL
   export TEST_DATABASE_URL
-  "$@"
+  (trap - PIPE; exec "$@")
 fi
