@@ -10,9 +10,10 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/stripe-inbox/golangci-lint/<version>/, outside
 # the work tree: CI runs in a fresh clone on the same machine, and building
 # golangci-lint is slow (18 minutes once on this shared two-core machine under
-# load), so every later run, CI's included, reuses the binary.
-# GOFLAGS=-trimpath is set for this one build only (the binary carries no
-# local paths); the project's own GOFLAGS do not apply to it.
+# load; 316 s with GOFLAGS=-trimpath on 2026-12-03, also under load), so
+# every later run, CI's included, reuses the binary. GOFLAGS=-trimpath is set
+# for this one build only (the binary carries no local paths); the project's
+# own GOFLAGS do not apply to it.
 
 GOLANGCI_MODULE=github.com/golangci/golangci-lint/v2
 GOLANGCI_VERSION=v2.15.0
