@@ -776,9 +776,14 @@ func TestDeployChangesPasswordsOnRerun(t *testing.T) {
 func TestDeployRevokesIAMMembership(t *testing.T) {
 	t.Parallel()
 	d := newDeployment(t, pgtest.Empty(t))
-	// A stand-in for rds_iam, which exists only on RDS.
+	// A stand-in for rds_iam, which exists only on RDS. The master creates
+	// and grants it: from PostgreSQL 16 on, only a role with ADMIN OPTION on
+	// a role may grant or revoke it, and a CREATEROLE role has that on the
+	// roles it created (a role the superuser made would make the revoke fail
+	// here for a reason that is not the one tested).
+	master := d.connectAs(t, d.master)
 	iamRole := uniqueName("rds_iam_t")
-	_, err := d.db.Pool.Exec(d.ctx, "CREATE ROLE "+iamRole)
+	_, err := master.Exec(d.ctx, "CREATE ROLE "+iamRole)
 	require.NoError(t, err)
 	dropRoleOnCleanup(t, d.db, iamRole)
 	deployer := d.deployer(t)
@@ -786,7 +791,7 @@ func TestDeployRevokesIAMMembership(t *testing.T) {
 
 	_, err = deployer.Run(d.ctx)
 	require.NoError(t, err)
-	_, err = d.db.Pool.Exec(d.ctx, fmt.Sprintf("GRANT %s TO %s", iamRole, d.roles.Purge))
+	_, err = master.Exec(d.ctx, fmt.Sprintf("GRANT %s TO %s", iamRole, d.roles.Purge))
 	require.NoError(t, err)
 
 	sum, err := deployer.Run(d.ctx)
@@ -800,7 +805,11 @@ func TestDeployRevokesIAMMembership(t *testing.T) {
 func TestDeployRefusesRoleWithExtraAttributes(t *testing.T) {
 	t.Parallel()
 	d := newDeployment(t, pgtest.Empty(t))
-	_, err := d.db.Pool.Exec(d.ctx, "CREATE ROLE "+d.roles.Webhook+" LOGIN CREATEDB")
+	// Created by the master, as a role left by an earlier deploy would be:
+	// from PostgreSQL 16 on, a CREATEROLE role may alter only the roles it
+	// has ADMIN OPTION on, so one the superuser made fails with "permission
+	// denied" before the attribute check this test is about.
+	_, err := d.connectAs(t, d.master).Exec(d.ctx, "CREATE ROLE "+d.roles.Webhook+" LOGIN CREATEDB")
 	require.NoError(t, err)
 
 	_, err = d.deployer(t).Run(d.ctx)

@@ -71,7 +71,7 @@ func misbehavingRegistry(t *testing.T) handlers.Registry {
 			return handlers.Result{}, err
 		}
 		var m map[string]int
-		m[ev.ID]++ // a nil map: a handler bug
+		m[ev.ID]++ //nolint:staticcheck // SA5000: a nil map, the handler bug under test
 		return handlers.Result{Outcome: handlers.Applied}, nil
 	}
 	reg["test.panic_first"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {

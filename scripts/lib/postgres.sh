@@ -62,8 +62,15 @@ pg_stop_throwaway() {
 # sets PG_THROWAWAY_URL (call it directly, not in $(...), so that
 # pg_stop_throwaway can find the cluster). Used by pg_find_or_start and by suites that must own (and
 # crash) their own server.
+#
+# PG_THROWAWAY_BINDIR, when set, is the folder of the initdb, pg_ctl and
+# postgres to use instead of the installed ones (scripts/lib/postgres18.sh).
 pg_start_throwaway() {
-  PG_BINDIR=$(pg__bindir) || { pg__install && PG_BINDIR=$(pg__bindir); } || return 1
+  if [ -n "${PG_THROWAWAY_BINDIR:-}" ]; then
+    PG_BINDIR=$PG_THROWAWAY_BINDIR
+  else
+    PG_BINDIR=$(pg__bindir) || { pg__install && PG_BINDIR=$(pg__bindir); } || return 1
+  fi
   local port dir opts
   port=$(pg__free_port) || { pg__log "no free port"; return 1; }
   dir=$(mktemp -d /tmp/inbox-pg.XXXXXX)
