@@ -8,9 +8,11 @@
 //     public, and migrations run as it (the master user SET ROLEs to it), so
 //     nobody logs in as the owner of the schema.
 //   - the webhook's user (inbox_webhook): INSERT on the columns of
-//     webhook_inbox a receipt is stored with, and SELECT of the receipt key
-//     (provider, endpoint, event_id). Nothing else: it cannot read payloads,
-//     update or delete receipts, or touch any other table.
+//     webhook_inbox a receipt is stored with, SELECT of the receipt key
+//     (provider, endpoint, event_id), and SELECT and UPDATE of duplicates (a
+//     duplicate delivery counts itself). Nothing else: it cannot read
+//     payloads, change a receipt otherwise, delete one, or touch any other
+//     table.
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
 //     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
 //     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may
@@ -665,6 +667,10 @@ func grants(roles Roles, webhookInsert []string) []string {
 		// INSERT ... ON CONFLICT DO NOTHING RETURNING of internal/inbox).
 		"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+webhook,
 		"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+webhook,
+		// A duplicate delivery counts itself on the stored receipt
+		// (ON CONFLICT DO UPDATE SET duplicates = duplicates + 1 RETURNING
+		// duplicates = 0): UPDATE and SELECT of that one column.
+		"GRANT SELECT (duplicates), UPDATE (duplicates) ON public.webhook_inbox TO "+webhook,
 
 		// The purge (internal/retention): delete processed receipts and
 		// published outbox rows, scrub payloads. Its batches pick rows by

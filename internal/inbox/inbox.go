@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -88,17 +89,28 @@ func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeeven
 }
 
 func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
-	var inserted bool
+	var (
+		inserted bool
+		notified *bool // storeReceiptNotify's second column
+	)
+	dest := []any{&inserted}
+	if query == storeReceiptNotify {
+		dest = append(dest, &notified)
+	}
+	var signedAt *time.Time
+	if !ev.SignedAt.IsZero() {
+		signedAt = &ev.SignedAt
+	}
 	err := db.QueryRow(ctx, query,
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
-		string(payload), raw,
-	).Scan(&inserted)
+		string(payload), raw, nullable(ev.SecretFingerprint), signedAt,
+	).Scan(dest...)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return Duplicate, nil
 	case err != nil:
 		return "", err
+	case !inserted:
+		return Duplicate, nil
 	}
 	return Stored, nil
 }

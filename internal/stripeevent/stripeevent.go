@@ -14,9 +14,13 @@ package stripeevent
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v82/webhook"
@@ -48,6 +52,34 @@ type Event struct {
 	Account    string // connected account for Connect events, else empty
 	ObjectID   string // data.object.id, else empty
 	Payload    []byte // the exact bytes that were signed
+	// SecretFingerprint is Fingerprint of the signing secret that verified
+	// the delivery (never the secret itself).
+	SecretFingerprint string
+	// SignedAt is the signature's timestamp (t= of Stripe-Signature).
+	SignedAt time.Time
+}
+
+// Fingerprint identifies a signing secret without revealing it: the first 8
+// bytes of its SHA-256, in hex. Operators compare it with the fingerprint of
+// a secret they hold (inboxctl secrets) to know which secret of a roll still
+// matches deliveries.
+func Fingerprint(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:8])
+}
+
+// signedAt reads t= from a Stripe-Signature header that has been verified
+// (stripe-go's webhook.ValidatePayloadWithTolerance does not return it).
+func signedAt(header string) time.Time {
+	for _, part := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if ok && k == "t" {
+			if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return time.Unix(sec, 0).UTC()
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // Verify checks header against body with each secret and, when one matches,
@@ -64,7 +96,12 @@ func Verify(body []byte, header string, secrets []string) (Event, error) {
 	for _, secret := range secrets {
 		err = webhook.ValidatePayloadWithTolerance(body, header, secret, Tolerance)
 		if err == nil {
-			return parse(body)
+			ev, err := parse(body)
+			if err != nil {
+				return Event{}, err
+			}
+			ev.SecretFingerprint, ev.SignedAt = Fingerprint(secret), signedAt(header)
+			return ev, nil
 		}
 		if !errors.Is(err, webhook.ErrNoValidSignature) {
 			// A malformed header or an old timestamp fails the same way
