@@ -136,15 +136,15 @@ func invalidf(format string, args ...any) *Error {
 // set (Error when the request was an operator mistake; only the ops
 // function's handler sets it, Do returns the error).
 type Response struct {
-	Command   string          `json:"command"`
-	Status    *Status         `json:"status,omitempty"`
-	Receipts  *ReceiptPage    `json:"receipts,omitempty"`
-	Show      *Shown          `json:"show,omitempty"`
-	Retry     *RetryResult    `json:"retry,omitempty"`
-	Anomalies *AnomalyList    `json:"anomalies,omitempty"`
-	Resolved  *Resolved       `json:"resolved,omitempty"`
-	Secrets   *SecretsReport  `json:"secrets,omitempty"`
-	Error     *Error          `json:"error,omitempty"`
+	Command   string         `json:"command"`
+	Status    *Status        `json:"status,omitempty"`
+	Receipts  *ReceiptPage   `json:"receipts,omitempty"`
+	Show      *Shown         `json:"show,omitempty"`
+	Retry     *RetryResult   `json:"retry,omitempty"`
+	Anomalies *AnomalyList   `json:"anomalies,omitempty"`
+	Resolved  *Resolved      `json:"resolved,omitempty"`
+	Secrets   *SecretsReport `json:"secrets,omitempty"`
+	Error     *Error         `json:"error,omitempty"`
 }
 
 // Caller is who runs a request, for the audit trail.
@@ -608,3 +608,7 @@ func (o *Ops) secrets(ctx context.Context, r Request) (*SecretsReport, error) {
 	}
 	return &SecretsReport{WindowSeconds: w.Seconds(), Since: since, Secrets: uses}, nil
 }
+
+// FunctionName is the name the stack gives a stage's ops function
+// (infra/stack); inboxctl --stage invokes it.
+func FunctionName(stage string) string { return "StripeInbox-" + stage + "-ops" }

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -180,4 +181,17 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// apiVersion is the shape of a Stripe API version: a date, and since
+// 2024-09-30 a release name (2025-03-31.basil).
+var apiVersion = regexp.MustCompile(`^20[0-9]{2}-[01][0-9]-[0-3][0-9](\.[a-z]+)?$`)
+
+// CheckAPIVersion reports whether v looks like a Stripe API version, with
+// what to set instead.
+func CheckAPIVersion(v string) error {
+	if !apiVersion.MatchString(v) {
+		return fmt.Errorf("%q is not a Stripe API version: use the version of your webhook endpoints as the Stripe dashboard shows it (Developers, Webhooks, the endpoint), e.g. 2025-03-31.basil", v)
+	}
+	return nil
 }
