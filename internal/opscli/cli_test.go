@@ -124,7 +124,6 @@ func TestEveryCommandLocally(t *testing.T) {
 
 func strconvI(n int64) string { return strconv.FormatInt(n, 10) }
 
-
 // Operator mistakes: exit 2, a message that says what to do, nothing
 // changed; with --json the error is JSON on stdout too.
 func TestMistakesExitTwoAndChangeNothing(t *testing.T) {
