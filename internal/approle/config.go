@@ -19,7 +19,8 @@ type Config struct {
 	// the roles and SET ROLEs to the owner for migrations.
 	Database database.Config
 	// Roles are the role names: SCHEMA_OWNER_ROLE, WEBHOOK_DB_USER,
-	// WORKER_DB_USER, PURGE_DB_USER, LEGACY_DB_USER (optional: the earlier
+	// WORKER_DB_USER, PURGE_DB_USER, OPS_DB_USER (optional: the ops
+	// function's role, e.g. inbox_ops), LEGACY_DB_USER (optional: the earlier
 	// release's shared role, kept working if it exists, e.g. inbox_app) and
 	// RETIRED_DB_USERS (optional, comma-separated: roles of earlier
 	// releases to strip, e.g. inbox_app in a later deploy).
@@ -67,6 +68,7 @@ func LoadConfig(env func(string) string) (Config, error) {
 			Worker:  get("WORKER_DB_USER"),
 			Purge:   get("PURGE_DB_USER"),
 			Legacy:  get("LEGACY_DB_USER"),
+			Ops:     get("OPS_DB_USER"),
 		},
 		SecretARNs:  map[string]string{},
 		ConnectWait: 4 * time.Minute,
@@ -106,8 +108,17 @@ func LoadConfig(env func(string) string) (Config, error) {
 		}
 	}
 	withSecret := Functions
+	if c.Roles.Ops != "" {
+		withSecret = append(slices.Clip(withSecret), "ops")
+	} else {
+		for _, k := range []string{"OPS_DB_SECRET_ARN", "OPS_DB_PASSWORD"} {
+			if get(k) != "" {
+				addf("%s is set but OPS_DB_USER is not: name the ops function's role (e.g. inbox_ops), or unset it", k)
+			}
+		}
+	}
 	if c.Roles.Legacy != "" {
-		withSecret = append(slices.Clip(Functions), "legacy")
+		withSecret = append(slices.Clip(withSecret), "legacy")
 		if slices.Contains(c.Roles.Retired, c.Roles.Legacy) {
 			addf("LEGACY_DB_USER=%s is also in RETIRED_DB_USERS: keep it (LEGACY_DB_USER, while a rollback to the release that used it may happen) or retire it (RETIRED_DB_USERS), not both", c.Roles.Legacy)
 		}
@@ -140,9 +151,13 @@ func LoadConfig(env func(string) string) (Config, error) {
 				c.Passwords.Worker = password
 			case "legacy":
 				c.Passwords.Legacy = password
+			case "ops":
+				c.Passwords.Ops = password
 			default:
 				c.Passwords.Purge = password
 			}
+		case fn == "ops":
+			addf("no password for OPS_DB_USER=%s: set OPS_DB_SECRET_ARN=arn:aws:secretsmanager:... (AWS) or OPS_DB_PASSWORD (local)", c.Roles.Ops)
 		case fn == "legacy":
 			addf("no password for LEGACY_DB_USER=%s: set LEGACY_DB_SECRET_ARN=arn:aws:secretsmanager:... (AWS; the role's existing secret) or LEGACY_DB_PASSWORD (local)", c.Roles.Legacy)
 		default:

@@ -1,0 +1,107 @@
+package approle
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/ops"
+	"github.com/stripe-inbox/inbox/internal/ops/opstest"
+	"github.com/stripe-inbox/inbox/internal/pgtest"
+)
+
+// TestOpsRoleMayOnlyOperate: the ops function's role runs every inboxctl
+// command and nothing else: it cannot store, process, delete or scrub
+// receipts, book money, or change the audit trail; and no function's role
+// can change the audit trail either.
+func TestOpsRoleMayOnlyOperate(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
+	d.roles.Ops = uniqueName("ops_t")
+	d.pw.Ops = "ops-Password-0123456789"
+	dropRoleOnCleanup(t, d.db, d.roles.Ops)
+	sum := d.deploy(t)
+	require.Contains(t, sum.Roles.Users, UserResult{Role: d.roles.Ops, Created: true})
+	requirePassword(t, d.db, d.roles.Ops, d.pw.Ops)
+	fx := opstest.Seed(t, d.db)
+
+	pool, err := pgxpool.New(d.ctx, d.dsnAs(t, d.roles.Ops))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	o := ops.New(pool, opstest.MaxAttempts, "", slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	c := ops.Caller{Actor: "test", RequestID: "req-1"}
+	for _, r := range []ops.Request{
+		{Command: ops.CmdStatus},
+		{Command: ops.CmdReceipts, Filter: ops.Filter{State: "failed"}},
+		{Command: ops.CmdShow, EventID: opstest.Paid, Payload: true},
+		{Command: ops.CmdShow, EventID: opstest.PaidOnVoid},
+		{Command: ops.CmdRetry, Filter: ops.Filter{State: "needs-review"}, DryRun: true, Reason: "check"},
+		{Command: ops.CmdRetry, Filter: ops.Filter{State: "needs-review"}, Reason: "fixed"},
+		{Command: ops.CmdAnomalies, All: true},
+		{Command: ops.CmdResolve, AnomalyID: fx.AnomalyID, Note: "refunded"},
+		{Command: ops.CmdSecrets},
+	} {
+		_, err := o.Do(d.ctx, r, c)
+		require.NoError(t, err, r.Command)
+	}
+	require.Equal(t, 2, d.db.Count(t, "ops_audit", "request_id = 'req-1'"))
+
+	conn := d.connectAs(t, d.roles.Ops)
+	requireDenied(t, conn,
+		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload) VALUES ('stripe', 'billing', 'evt_x', 'x', false, '{}')`,
+		"DELETE FROM webhook_inbox",
+		"UPDATE webhook_inbox SET processed_at = now(), outcome = 'applied'",
+		"UPDATE webhook_inbox SET payload = '{}'",
+		"UPDATE webhook_inbox SET last_error = NULL",
+		"UPDATE invoices SET amount_paid = 0", "DELETE FROM invoices",
+		"INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ('in_x', 'payment', 1, 'evt_x')",
+		"UPDATE ledger_entries SET amount = 0",
+		"INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'b', 'c', '{}')",
+		"UPDATE outbox SET published_at = now()",
+		"DELETE FROM anomalies", "UPDATE anomalies SET kind = 'x'",
+		"UPDATE ops_audit SET reason = 'x'", "DELETE FROM ops_audit",
+		"SELECT 1 FROM refunds", "SELECT 1 FROM schema_migrations",
+		"CREATE TEMP TABLE scratch (id int)",
+	)
+	requireDenied(t, conn, ddl...)
+	for _, role := range []string{d.roles.Webhook, d.roles.Worker, d.roles.Purge} {
+		requireDenied(t, d.connectAs(t, role),
+			"INSERT INTO ops_audit (action, filter, affected, reason, actor) VALUES ('retry', '{}', 0, 'x', 'x')",
+			"UPDATE ops_audit SET reason = 'x'", "DELETE FROM ops_audit")
+	}
+}
+
+// A deployment without an ops function has no ops role, and a password for
+// one without its name is refused.
+func TestOpsRoleIsOptional(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{
+		"DATABASE_URL": "postgres://master@127.0.0.1:5432/inbox", "SCHEMA_OWNER_ROLE": "inbox_schema_owner",
+		"WEBHOOK_DB_USER": "inbox_webhook", "WORKER_DB_USER": "inbox_worker", "PURGE_DB_USER": "inbox_purge",
+		"WEBHOOK_DB_PASSWORD": "webhook-Password-0123456789", "WORKER_DB_PASSWORD": "worker-Password-0123456789", "PURGE_DB_PASSWORD": "purge-Password-0123456789",
+	}
+	env := func(extra map[string]string) func(string) string {
+		return func(k string) string {
+			if v, ok := extra[k]; ok {
+				return v
+			}
+			return base[k]
+		}
+	}
+	c, err := LoadConfig(env(nil))
+	require.NoError(t, err)
+	require.Empty(t, c.Roles.Ops)
+	c, err = LoadConfig(env(map[string]string{"OPS_DB_USER": "inbox_ops", "OPS_DB_PASSWORD": "ops-Password-0123456789"}))
+	require.NoError(t, err)
+	require.Equal(t, "inbox_ops", c.Roles.Ops)
+	require.Equal(t, "ops-Password-0123456789", c.Passwords.Ops)
+	_, err = LoadConfig(env(map[string]string{"OPS_DB_USER": "inbox_ops"}))
+	require.ErrorContains(t, err, "no password for OPS_DB_USER=inbox_ops")
+	_, err = LoadConfig(env(map[string]string{"OPS_DB_PASSWORD": "ops-Password-0123456789"}))
+	require.ErrorContains(t, err, "OPS_DB_PASSWORD is set but OPS_DB_USER is not")
+	_, err = LoadConfig(env(map[string]string{"OPS_DB_USER": "inbox_worker", "OPS_DB_PASSWORD": "ops-Password-0123456789"}))
+	require.ErrorContains(t, err, "each needs a role of its own")
+}
