@@ -7,16 +7,19 @@
 //   - the owner (inbox_schema_owner): NOLOGIN. It owns every object of schema
 //     public, and migrations run as it (the master user SET ROLEs to it), so
 //     nobody logs in as the owner of the schema.
+//
 //   - the webhook's user (inbox_webhook): INSERT on the columns of
 //     webhook_inbox a receipt is stored with, SELECT of the receipt key
 //     (provider, endpoint, event_id), and SELECT and UPDATE of duplicates (a
 //     duplicate delivery counts itself). Nothing else: it cannot read
 //     payloads, change a receipt otherwise, delete one, or touch any other
 //     table.
+//
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
 //     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
 //     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may
 //     lock rows FOR UPDATE). Nothing on the business tables.
+//
 //   - the worker's user (inbox_worker): SELECT, INSERT, UPDATE and DELETE on
 //     every other table of schema public (now and, through default
 //     privileges, every table a later migration creates), SELECT and UPDATE

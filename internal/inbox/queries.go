@@ -84,7 +84,7 @@ UPDATE webhook_inbox AS w
                            ELSE coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond' END
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
-RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts`
+RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts, coalesce(w.api_version, '')`
 
 // claimable: $1 now, $2 max_attempts. Whether a claim would find anything:
 // the resident worker's poll while the inbox is empty. The same index range

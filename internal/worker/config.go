@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
 
 // Config tunes the worker. Zero values take the defaults below; Validate
@@ -49,6 +51,10 @@ type Config struct {
 	// LISTEN connection of its own. Polling stays the guarantee: a lost
 	// notification costs at most PollInterval.
 	Listen bool
+	// APIVersion is the Stripe API version the handlers are written for
+	// (STRIPE_API_VERSION). Claimed receipts of another version are counted
+	// (metric UnexpectedApiVersion, see drift.go); empty: not counted.
+	APIVersion string
 }
 
 // The Stripe modes a deployment books.
@@ -146,6 +152,11 @@ func (c Config) Validate() error {
 	}
 	if c.Listen && c.PollInterval == 0 {
 		add("LISTEN=on needs POLL_INTERVAL > 0: only a resident worker listens for receipts (set POLL_INTERVAL, e.g. %s, or LISTEN=off)", DefaultPollInterval)
+	}
+	if c.APIVersion != "" {
+		if err := stripeevent.CheckAPIVersion(c.APIVersion); err != nil {
+			add("STRIPE_API_VERSION: %v", err)
+		}
 	}
 	if c.BackoffBase <= 0 || c.BackoffCap < c.BackoffBase {
 		add("BACKOFF_BASE=%s and BACKOFF_CAP=%s: need 0 < base <= cap", c.BackoffBase, c.BackoffCap)
