@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 )
 
@@ -182,6 +183,11 @@ func isToken(s string) bool {
 	}
 	return true
 }
+
+// DefaultAPIVersion is the API version of the pinned stripe-go, the default
+// a stage declares its handlers are written for (infra/stack setting
+// stripeApiVersion) until it names its endpoints' version.
+const DefaultAPIVersion = stripe.APIVersion
 
 // apiVersion is the shape of a Stripe API version: a date, and since
 // 2024-09-30 a release name (2025-03-31.basil).
