@@ -117,10 +117,14 @@ func renderShow(tw *tabwriter.Writer, s *ops.Shown) {
 			fmt.Fprintln(tw)
 		}
 		fmt.Fprintf(tw, "receipt\t%s on %s\n", r.EventID, r.Endpoint)
+		available := ts(r.AvailableAt)
+		if r.State == inbox.StateNeedsReview && r.AvailableAt == nil {
+			available = "waits for review (inboxctl retry " + r.EventID + " --reason ...)"
+		}
 		for _, kv := range [][2]string{
 			{"type", r.EventType}, {"state", state(r)}, {"attempts", fmt.Sprint(r.Attempts)},
 			{"last error", r.LastError}, {"received", ts(&r.ReceivedAt)}, {"signed", ts(r.SignedAt)},
-			{"available", ts(r.AvailableAt)}, {"processed", ts(r.ProcessedAt)},
+			{"available", available}, {"processed", ts(r.ProcessedAt)},
 			{"api version", r.APIVersion}, {"livemode", fmt.Sprint(r.Livemode)}, {"account", r.Account},
 			{"object", r.ObjectID}, {"secret", r.SecretFingerprint}, {"duplicates", fmt.Sprint(r.Duplicates)},
 		} {
@@ -154,11 +158,11 @@ func renderShow(tw *tabwriter.Writer, s *ops.Shown) {
 }
 
 func renderRetry(tw *tabwriter.Writer, r *ops.RetryResult) {
-	verb := "retried"
 	if r.DryRun {
-		verb = "would retry (dry run, nothing changed)"
+		fmt.Fprintf(tw, "dry run: would retry %d receipts (nothing changed)\n", r.Count)
+	} else {
+		fmt.Fprintf(tw, "retried %d receipts\n", r.Count)
 	}
-	fmt.Fprintf(tw, "%s %d receipts\n", verb, r.Count)
 	if len(r.Receipts) > 0 {
 		fmt.Fprintln(tw, "ENDPOINT\tEVENT")
 		for _, k := range r.Receipts {
