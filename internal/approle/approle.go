@@ -701,8 +701,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 		"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+webhook,
 		"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+webhook,
 		// A duplicate delivery counts itself on the stored receipt
-		// (ON CONFLICT DO UPDATE SET duplicates = duplicates + 1 RETURNING
-		// duplicates = 0): UPDATE and SELECT of that one column.
+		// (inbox.CountDuplicate: UPDATE ... SET duplicates = duplicates + 1,
+		// its row picked FOR UPDATE SKIP LOCKED): UPDATE and SELECT of that
+		// one column.
 		"GRANT SELECT (duplicates), UPDATE (duplicates) ON public.webhook_inbox TO "+webhook,
 
 		// The purge (internal/retention): delete processed receipts and

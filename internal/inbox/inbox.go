@@ -90,14 +90,7 @@ func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeeven
 }
 
 func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
-	var (
-		inserted bool
-		notified *bool // storeReceiptNotify's second column
-	)
-	dest := []any{&inserted}
-	if query == storeReceiptNotify {
-		dest = append(dest, &notified)
-	}
+	var inserted bool
 	var signedAt *time.Time
 	if !ev.SignedAt.IsZero() {
 		signedAt = &ev.SignedAt
@@ -106,12 +99,12 @@ func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Ev
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
 		string(payload), raw, nullable(ev.SecretFingerprint), signedAt,
-	).Scan(dest...)
+	).Scan(&inserted)
 	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Duplicate, nil
 	case err != nil:
 		return "", err
-	case !inserted:
-		return Duplicate, nil
 	}
 	return Stored, nil
 }

@@ -110,3 +110,39 @@ func TestRetryLeavesAReceiptAWorkerCompletesAlone(t *testing.T) {
 	require.Equal(t, 1, db.Count(t, "webhook_inbox", "event_id = 'evt_busy' AND attempts = 3 AND processed_at IS NOT NULL"))
 	require.Equal(t, 1, db.Count(t, "webhook_inbox", "event_id = 'evt_idle' AND attempts = 0 AND processed_at IS NULL"))
 }
+
+// TestCountingADuplicateNeverWaits: the webhook's duplicate count skips a
+// receipt whose row a worker holds (it returns at once, uncounted, while
+// the lock is held: without SKIP LOCKED this call would block until the
+// test's bound), and counts once the row is free.
+func TestCountingADuplicateNeverWaits(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload)
+		VALUES ('stripe', 'billing', 'evt_1', 'invoice.paid', false, '{}')`)
+	require.NoError(t, err)
+	counted, err := CountDuplicate(ctx, db.Pool, "billing", "evt_1")
+	require.NoError(t, err)
+	require.True(t, counted)
+
+	worker, err := db.Connect(t).Begin(ctx)
+	require.NoError(t, err)
+	_, found, err := Lock(ctx, worker, Key{Provider: ProviderStripe, Endpoint: "billing", EventID: "evt_1"})
+	require.NoError(t, err)
+	require.True(t, found)
+	bound, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	counted, err = CountDuplicate(bound, db.Pool, "billing", "evt_1")
+	require.NoError(t, err, "returned without waiting for the worker's lock")
+	require.False(t, counted)
+	require.NoError(t, worker.Rollback(ctx))
+
+	counted, err = CountDuplicate(ctx, db.Pool, "billing", "evt_1")
+	require.NoError(t, err)
+	require.True(t, counted)
+	require.Equal(t, 1, db.Count(t, "webhook_inbox", "event_id = 'evt_1' AND duplicates = 2"))
+	counted, err = CountDuplicate(ctx, db.Pool, "billing", "evt_unknown")
+	require.NoError(t, err)
+	require.False(t, counted)
+}

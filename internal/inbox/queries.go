@@ -10,17 +10,13 @@ package inbox
 // migrations/0007_receipt_payload_raw.sql), $11 secret_fingerprint (the
 // fingerprint of the signing secret that verified it), $12 signed_at (the
 // signature's timestamp); see migrations/0012_ops.sql.
-// Returns true when the receipt is new, false when it is a duplicate. A
-// duplicate counts itself on the stored receipt (duplicates, for inboxctl
-// status) and changes nothing else: the conflict's row lock makes a
-// concurrent delivery wait for the first one's commit or rollback, as DO
-// NOTHING did, and an update of an unindexed column stays a HOT update.
+// Returns one row when the receipt is new, none when it is a duplicate.
 const storeReceipt = `
 INSERT INTO webhook_inbox
     (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12)
-ON CONFLICT (provider, endpoint, event_id) DO UPDATE SET duplicates = webhook_inbox.duplicates + 1
-RETURNING webhook_inbox.duplicates = 0`
+ON CONFLICT (provider, endpoint, event_id) DO NOTHING
+RETURNING true`
 
 // NotifyChannel is the channel a stored receipt is announced on
 // (storeReceiptNotify) and resident workers LISTEN on (listenReceipts). The
@@ -31,22 +27,22 @@ const NotifyChannel = "webhook_inbox"
 // storeReceiptNotify is storeReceipt that also sends a notification on
 // NotifyChannel, in the same statement and so in the same transaction:
 // PostgreSQL delivers it when the receipt commits, and never for a receipt
-// that rolled back. Only a new receipt notifies: the subquery's WHERE is a
-// one-time filter on the outer row, checked before pg_notify runs. pg_notify
-// is granted to PUBLIC: the webhook's role needs nothing more. It costs
-// throughput: a transaction that notified takes a database-wide lock while
-// it commits, so notifying inserts commit one at a time (pgbench, 16
-// clients, fsync on: about a third of the plain INSERT's rate). Hence NOTIFY
-// is a setting. Parameters and result as storeReceipt.
+// that rolled back. Only a new receipt notifies (the scalar subquery runs
+// once per inserted row; a duplicate inserts none). pg_notify is granted to
+// PUBLIC: the webhook's role needs nothing more. It costs throughput: a
+// transaction that notified takes a database-wide lock while it commits, so
+// notifying inserts commit one at a time (pgbench, 16 clients, fsync on:
+// about a third of the plain INSERT's rate). Hence NOTIFY is a setting.
+// Parameters as storeReceipt.
 const storeReceiptNotify = `
 WITH stored AS (
     INSERT INTO webhook_inbox
         (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12)
-    ON CONFLICT (provider, endpoint, event_id) DO UPDATE SET duplicates = webhook_inbox.duplicates + 1
-    RETURNING webhook_inbox.duplicates = 0 AS new
+    ON CONFLICT (provider, endpoint, event_id) DO NOTHING
+    RETURNING true
 )
-SELECT new, (SELECT true FROM pg_notify('` + NotifyChannel + `', '') WHERE stored.new) FROM stored`
+SELECT (SELECT true FROM pg_notify('` + NotifyChannel + `', '')) FROM stored`
 
 // listenReceipts registers the session for NotifyChannel.
 const listenReceipts = "LISTEN " + NotifyChannel

@@ -66,8 +66,12 @@ func Seed(t *testing.T, db *pgtest.Database) Fixture {
 		t.Helper()
 		ev, err := stripeevent.Verify(payload, stripetest.Sign(payload, time.Now(), secret), []string{secret})
 		require.NoError(t, err)
-		_, err = inbox.Store(ctx, db.Pool, endpoint, ev)
+		out, err := inbox.Store(ctx, db.Pool, endpoint, ev)
 		require.NoError(t, err)
+		if out == inbox.Duplicate { // as the webhook does
+			_, err = inbox.CountDuplicate(ctx, db.Pool, endpoint, ev.ID)
+			require.NoError(t, err)
+		}
 	}
 	inv1 := stripetest.Invoice("in_fx_1", "cus_fx", "open", 2500)
 	store("billing", SecretOld, stripetest.Event(Created, "invoice.created", inv1))
