@@ -31,7 +31,8 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 	pool, err := pgxpool.New(d.ctx, d.dsnAs(t, d.roles.Ops))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	o := ops.New(pool, opstest.MaxAttempts, "", slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	o, err := ops.New(pool, ops.Config{MaxAttempts: opstest.MaxAttempts}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	require.NoError(t, err)
 	c := ops.Caller{Actor: "test", RequestID: "req-1"}
 	for _, r := range []ops.Request{
 		{Command: ops.CmdStatus},
@@ -72,36 +73,4 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 			"INSERT INTO ops_audit (action, filter, affected, reason, actor) VALUES ('retry', '{}', 0, 'x', 'x')",
 			"UPDATE ops_audit SET reason = 'x'", "DELETE FROM ops_audit")
 	}
-}
-
-// A deployment without an ops function has no ops role, and a password for
-// one without its name is refused.
-func TestOpsRoleIsOptional(t *testing.T) {
-	t.Parallel()
-	base := map[string]string{
-		"DATABASE_URL": "postgres://master@127.0.0.1:5432/inbox", "SCHEMA_OWNER_ROLE": "inbox_schema_owner",
-		"WEBHOOK_DB_USER": "inbox_webhook", "WORKER_DB_USER": "inbox_worker", "PURGE_DB_USER": "inbox_purge",
-		"WEBHOOK_DB_PASSWORD": "webhook-Password-0123456789", "WORKER_DB_PASSWORD": "worker-Password-0123456789", "PURGE_DB_PASSWORD": "purge-Password-0123456789",
-	}
-	env := func(extra map[string]string) func(string) string {
-		return func(k string) string {
-			if v, ok := extra[k]; ok {
-				return v
-			}
-			return base[k]
-		}
-	}
-	c, err := LoadConfig(env(nil))
-	require.NoError(t, err)
-	require.Empty(t, c.Roles.Ops)
-	c, err = LoadConfig(env(map[string]string{"OPS_DB_USER": "inbox_ops", "OPS_DB_PASSWORD": "ops-Password-0123456789"}))
-	require.NoError(t, err)
-	require.Equal(t, "inbox_ops", c.Roles.Ops)
-	require.Equal(t, "ops-Password-0123456789", c.Passwords.Ops)
-	_, err = LoadConfig(env(map[string]string{"OPS_DB_USER": "inbox_ops"}))
-	require.ErrorContains(t, err, "no password for OPS_DB_USER=inbox_ops")
-	_, err = LoadConfig(env(map[string]string{"OPS_DB_PASSWORD": "ops-Password-0123456789"}))
-	require.ErrorContains(t, err, "OPS_DB_PASSWORD is set but OPS_DB_USER is not")
-	_, err = LoadConfig(env(map[string]string{"OPS_DB_USER": "inbox_worker", "OPS_DB_PASSWORD": "ops-Password-0123456789"}))
-	require.ErrorContains(t, err, "each needs a role of its own")
 }

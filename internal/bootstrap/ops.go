@@ -16,5 +16,10 @@ func NewOps(ctx context.Context, c config.Ops, logger *slog.Logger) (*ops.Ops, *
 	if err != nil {
 		return nil, nil, err
 	}
-	return ops.New(pool, c.MaxAttempts, c.APIVersion, logger), pool, nil
+	o, err := ops.New(pool, c.Ops, logger)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return o, pool, nil
 }

@@ -1,7 +1,8 @@
 // Package inbox is the webhook_inbox table: storing a verified receipt,
-// claiming receipts for processing, recording their outcome, and reading the
-// backlog, and what operators read and retry (ops.go). All of the table's SQL
-// lives in queries.go and, for operators, opsqueries.go.
+// claiming receipts for processing, recording their outcome, reading the
+// backlog, the purge's batches (purge.go), and what operators read and
+// retry (ops.go). All of the table's SQL lives in queries.go and, for
+// operators, opsqueries.go; no other package writes SQL on it (tests aside).
 //
 // A receipt in the inbox is our promise to Stripe: once Store has committed it
 // and the webhook has answered 2xx, Stripe stops retrying and the

@@ -35,6 +35,8 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
 // Commands.
@@ -153,9 +155,8 @@ type Caller struct {
 	RequestID string // the Lambda request id; empty locally
 }
 
-// Ops runs requests against one database.
-type Ops struct {
-	Pool *pgxpool.Pool
+// Config is what Ops needs to know of the stage.
+type Config struct {
 	// MaxAttempts is the worker's MAX_ATTEMPTS: receipts at it wait for
 	// review.
 	MaxAttempts int
@@ -163,14 +164,39 @@ type Ops struct {
 	// written for (STRIPE_API_VERSION); status marks other versions. May be
 	// empty.
 	APIVersion string
-	Logger     *slog.Logger
+}
+
+// Validate reports every mistake, naming the variable.
+func (c Config) Validate() error {
+	errs := []error{worker.CheckMaxAttempts(c.MaxAttempts)}
+	if c.APIVersion != "" {
+		if err := stripeevent.CheckAPIVersion(c.APIVersion); err != nil {
+			errs = append(errs, fmt.Errorf("STRIPE_API_VERSION: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Ops runs requests against one database.
+type Ops struct {
+	Pool *pgxpool.Pool
+	Config
+	Logger *slog.Logger
 	// Now is the clock of the status and secrets windows (time.Now).
 	Now func() time.Time
 }
 
-// New returns an Ops.
-func New(pool *pgxpool.Pool, maxAttempts int, apiVersion string, logger *slog.Logger) *Ops {
-	return &Ops{Pool: pool, MaxAttempts: maxAttempts, APIVersion: apiVersion, Logger: logger, Now: time.Now}
+// New returns an Ops, refusing an invalid cfg or a missing pool. logger may
+// be nil (inboxctl's local runs do not log).
+func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger) (*Ops, error) {
+	errs := []error{cfg.Validate()}
+	if pool == nil {
+		errs = append(errs, errors.New("no database pool"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("ops: %w", err)
+	}
+	return &Ops{Pool: pool, Config: cfg, Logger: logger, Now: time.Now}, nil
 }
 
 // Handle is Do for the ops function: an operator mistake is answered in

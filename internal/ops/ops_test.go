@@ -27,7 +27,9 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	fx := opstest.Seed(t, pgtest.DB(t))
-	return bundle{fx: fx, ops: ops.New(fx.DB.Pool, opstest.MaxAttempts, stripetest.APIVersion, slog.New(slog.NewJSONHandler(io.Discard, nil)))}
+	o, err := ops.New(fx.DB.Pool, ops.Config{MaxAttempts: opstest.MaxAttempts, APIVersion: stripetest.APIVersion}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	return bundle{fx: fx, ops: o}
 }
 
 var me = ops.Caller{Actor: "alice"}

@@ -376,7 +376,12 @@ func newLocal(ctx context.Context, env func(string) string) (transport, error) {
 	if err != nil {
 		return nil, &ops.Error{Kind: ops.KindInvalid, Message: err.Error()}
 	}
-	return &local{ops: ops.New(pool, cfg.MaxAttempts, cfg.APIVersion, nil)}, nil
+	o, err := ops.New(pool, cfg.Ops, nil)
+	if err != nil {
+		pool.Close()
+		return nil, &ops.Error{Kind: ops.KindInvalid, Message: err.Error()}
+	}
+	return &local{ops: o}, nil
 }
 
 func (l *local) do(ctx context.Context, r ops.Request) (ops.Response, error) {

@@ -119,7 +119,9 @@ func runWorker(t *testing.T, db *pgtest.Database) {
 	require.NoError(t, cfg.Validate())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil).Run(ctx)
+	w, err := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
+	require.NoError(t, err)
+	s, err := w.Run(ctx)
 	require.NoError(t, err)
 	require.Zero(t, s.Failed, "the fixture's processed receipts apply")
 }
