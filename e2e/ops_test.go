@@ -119,27 +119,7 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 	}, 20*time.Second)
 	front := newLambdaFront(t, ops.FunctionName("e2e"), emulatorURL(em.InvokeURL))
 
-	run := func(args ...string) cliResult {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		home := t.TempDir()
-		cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "USER=carol", "AWS_REGION=us-east-1",
-			"AWS_ACCESS_KEY_ID=AKIDE2E", "AWS_SECRET_ACCESS_KEY=e2e-fake-secret", "AWS_EC2_METADATA_DISABLED=true",
-			"AWS_CONFIG_FILE=" + filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(home, "credentials"),
-			"AWS_ENDPOINT_URL_LAMBDA=" + front.URL}
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		r := cliResult{stdout: out.String(), stderr: errOut.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	run := func(args ...string) cliResult { t.Helper(); return runInboxctl(t, bin, front.URL, args...) }
 	decode := func(r cliResult) ops.Response {
 		t.Helper()
 		var resp ops.Response
@@ -216,4 +196,49 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// runInboxctl runs the inboxctl binary with AWS credentials and the Lambda
+// endpoint set to lambdaURL, and nothing else from the test's environment.
+func runInboxctl(t *testing.T, bin, lambdaURL string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	home := t.TempDir()
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "USER=carol", "AWS_REGION=us-east-1",
+		"AWS_ACCESS_KEY_ID=AKIDE2E", "AWS_SECRET_ACCESS_KEY=e2e-fake-secret", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=" + filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(home, "credentials"),
+		"AWS_ENDPOINT_URL_LAMBDA=" + lambdaURL}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	r := cliResult{stdout: out.String(), stderr: errOut.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestInboxctlWhenTheStagesDatabaseIsDown: the ops function cannot reach
+// its database; the invocation fails (a function error, which its Errors
+// alarm counts) and inboxctl exits 1 with the function's message, not 2.
+func TestInboxctlWhenTheStagesDatabaseIsDown(t *testing.T) {
+	t.Parallel()
+	setup(t).binary(t, "ops")
+	bin := buildInboxctl(t)
+	em := emulate(t, "ops", map[string]string{
+		"DATABASE_URL":       "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2",
+		"METRICS_NAMESPACE":  "StripeInboxE2E",
+		"METRICS_DIMENSIONS": "Stage=e2e",
+		"AWS_REGION":         "us-east-1",
+	}, 20*time.Second)
+	front := newLambdaFront(t, ops.FunctionName("e2e"), emulatorURL(em.InvokeURL))
+	r := runInboxctl(t, bin, front.URL, "status", "--stage", "e2e")
+	if r.code != 1 || !strings.Contains(r.stderr, "StripeInbox-e2e-ops failed (") || !strings.Contains(r.stderr, "reading backlog") {
+		t.Errorf("exit %d, stderr %q: want 1 and the function's error", r.code, r.stderr)
+	}
+	waitLog(t, em, "ops request failed")
 }

@@ -64,22 +64,28 @@ func (r *remote) do(ctx context.Context, req ops.Request) (ops.Response, error) 
 	if err != nil {
 		return ops.Response{}, r.invokeError(err)
 	}
-	if out.FunctionError != nil {
-		// The function failed (the database, a timeout): Lambda answers
-		// {"errorMessage": ..., "errorType": ...}.
-		var fe struct {
-			Message string `json:"errorMessage"`
-			Type    string `json:"errorType"`
+	// A failed invocation answers {"errorMessage": ..., "errorType": ...},
+	// which Lambda flags with X-Amz-Function-Error (FunctionError; the
+	// runtime emulator does not set it, so the body is checked too).
+	var fe struct {
+		Message string `json:"errorMessage"`
+		Type    string `json:"errorType"`
+	}
+	_ = json.Unmarshal(out.Payload, &fe)
+	if out.FunctionError != nil || fe.Message != "" || fe.Type != "" {
+		kind := aws.ToString(out.FunctionError)
+		if kind == "" {
+			kind = fe.Type
 		}
-		_ = json.Unmarshal(out.Payload, &fe)
-		if fe.Message == "" {
-			fe.Message = strings.TrimSpace(string(out.Payload))
+		msg := fe.Message
+		if msg == "" {
+			msg = strings.TrimSpace(string(out.Payload))
 		}
-		return ops.Response{}, fmt.Errorf("%s failed (%s): %s; its log group has the details", r.function, aws.ToString(out.FunctionError), fe.Message)
+		return ops.Response{}, fmt.Errorf("%s failed (%s): %s; its log group has the details", r.function, kind, msg)
 	}
 	var resp ops.Response
-	if err := json.Unmarshal(out.Payload, &resp); err != nil {
-		return ops.Response{}, fmt.Errorf("%s answered something that is not an inboxctl answer (%v): is the stage running this release?", r.function, err)
+	if err := json.Unmarshal(out.Payload, &resp); err != nil || resp.Command != req.Command {
+		return ops.Response{}, fmt.Errorf("%s answered %.200q, which is not an answer to %s: is the stage running this release?", r.function, out.Payload, req.Command)
 	}
 	if resp.Error != nil {
 		return ops.Response{}, resp.Error
