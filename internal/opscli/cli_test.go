@@ -275,3 +275,60 @@ func TestMissingCredentials(t *testing.T) {
 	require.Equal(t, opscli.ExitMistake, r.code, r.stderr)
 	require.Contains(t, r.stderr, "no AWS region")
 }
+
+// TestRemoteAnswersOfTheInvokeAPI: a stand-in of the Lambda Invoke API as
+// AWS answers it, reached by the real SDK: throttling (429) is retried by
+// the SDK and the answer rendered; a caller without lambda:InvokeFunction
+// gets exit 2 naming the permission; a failed invocation (X-Amz-Function-
+// Error) is exit 1 with the function's message.
+func TestRemoteAnswersOfTheInvokeAPI(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	mode, calls := "", 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case mode == "throttle" && calls <= 2:
+			w.Header().Set("X-Amzn-Errortype", "TooManyRequestsException")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"Reason":"ReservedFunctionConcurrentInvocationLimitExceeded","Type":"User","message":"Rate Exceeded."}`))
+		case mode == "throttle":
+			_, _ = w.Write([]byte(`{"command":"anomalies","anomalies":{"anomalies":[],"count":0}}`))
+		case mode == "denied":
+			w.Header().Set("X-Amzn-Errortype", "AccessDeniedException")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"Message":"User: arn:aws:iam::123456789012:user/dave is not authorized to perform: lambda:InvokeFunction on resource: arn:aws:lambda:eu-west-1:123456789012:function:StripeInbox-prod-ops"}`))
+		case mode == "failed":
+			w.Header().Set("X-Amz-Function-Error", "Unhandled")
+			_, _ = w.Write([]byte(`{"errorMessage":"reading backlog: connection refused","errorType":"wrapError"}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	env := []string{"AWS_REGION=eu-west-1", "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_ENDPOINT_URL_LAMBDA=" + srv.URL}
+	set := func(m string) {
+		mu.Lock()
+		defer mu.Unlock()
+		mode, calls = m, 0
+	}
+
+	set("throttle")
+	r := runBinary(t, env, "anomalies", "--stage", "prod")
+	require.Equal(t, opscli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "no open anomalies")
+	mu.Lock()
+	require.Equal(t, 3, calls, "two throttled, retried by the SDK")
+	mu.Unlock()
+
+	set("denied")
+	r = runBinary(t, env, "anomalies", "--stage", "prod")
+	require.Equal(t, opscli.ExitMistake, r.code, r.stderr)
+	require.Contains(t, r.stderr, "your credentials need lambda:InvokeFunction on StripeInbox-prod-ops")
+
+	set("failed")
+	r = runBinary(t, env, "status", "--stage", "prod")
+	require.Equal(t, opscli.ExitFailure, r.code, r.stderr)
+	require.Contains(t, r.stderr, "StripeInbox-prod-ops failed (Unhandled): reading backlog: connection refused")
+}
