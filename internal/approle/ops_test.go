@@ -8,9 +8,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/ops"
 	"github.com/stripe-inbox/inbox/internal/ops/opstest"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
 )
 
 // TestOpsRoleMayOnlyOperate: the ops function's role runs every inboxctl
@@ -73,4 +75,27 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 			"INSERT INTO ops_audit (action, filter, affected, reason, actor) VALUES ('retry', '{}', 0, 'x', 'x')",
 			"UPDATE ops_audit SET reason = 'x'", "DELETE FROM ops_audit")
 	}
+}
+
+// TestWebhookRoleCountsDuplicatesAndNothingMore: the webhook's role can
+// count a duplicate delivery on its receipt (inbox.CountDuplicate: its row
+// locked FOR UPDATE SKIP LOCKED, one column updated) and change no other
+// column.
+func TestWebhookRoleCountsDuplicatesAndNothingMore(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t, pgtest.Empty(t))
+	d.deploy(t)
+	webhook := d.connectAs(t, d.roles.Webhook)
+	payload := stripetest.Event("evt_dup", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 100))
+	require.Equal(t, inbox.Stored, receive(t, webhook, payload))
+	require.Equal(t, inbox.Duplicate, receive(t, webhook, payload))
+	counted, err := inbox.CountDuplicate(d.ctx, webhook, "billing", "evt_dup")
+	require.NoError(t, err)
+	require.True(t, counted)
+	require.Equal(t, 1, d.db.Count(t, "webhook_inbox", "event_id = 'evt_dup' AND duplicates = 1"))
+	requireDenied(t, webhook,
+		"UPDATE webhook_inbox SET attempts = 0",
+		"UPDATE webhook_inbox SET secret_fingerprint = 'x'",
+		"SELECT secret_fingerprint FROM webhook_inbox",
+		"SELECT payload FROM webhook_inbox")
 }
