@@ -18,7 +18,7 @@ import (
 const secretARNPrefix = "arn:aws:secretsmanager:us-east-1:000000000000:secret:inbox-"
 
 // TestMigrate: the migrate binary, invoked as the deploy's CDK trigger does,
-// creates the schema owner role and the three functions' roles with the
+// creates the schema owner role and the functions' roles (the ops function's too) with the
 // passwords from their Secrets Manager secrets, applies every migration to
 // an empty database as the owner, and grants each role its privileges; a
 // second deploy applies nothing. As the stack configures it by default, it
@@ -34,6 +34,7 @@ func TestMigrate(t *testing.T) {
 		"webhook": "inbox_webhook_e2e_" + suffix,
 		"worker":  "inbox_worker_e2e_" + suffix,
 		"purge":   "inbox_purge_e2e_" + suffix,
+		"ops":     "inbox_ops_e2e_" + suffix,
 	}
 	// Roles are the cluster's, not the database's: drop them when the test
 	// ends (before its database is dropped, so DROP OWNED can run there).
@@ -66,11 +67,11 @@ func TestMigrate(t *testing.T) {
 	}
 	legacy := "inbox_app_e2e_" + suffix
 	roles["legacy"] = legacy // dropped by the cleanup should it be created
-	for _, fn := range []string{"webhook", "worker", "purge", "legacy"} {
+	for _, fn := range []string{"webhook", "worker", "purge", "ops", "legacy"} {
 		arn := secretARNPrefix + fn + "-" + suffix
 		secret, _ := json.Marshal(map[string]string{"username": roles[fn], "password": "e2e-" + fn + "-" + randomHex(12)})
 		secrets[arn] = string(secret)
-		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE", "legacy": "LEGACY"}[fn]
+		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE", "ops": "OPS", "legacy": "LEGACY"}[fn]
 		env[prefix+"_DB_USER"] = roles[fn]
 		env[prefix+"_DB_SECRET_ARN"] = arn
 	}
@@ -112,8 +113,8 @@ func TestMigrate(t *testing.T) {
 	}
 
 	s := deploy()
-	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 3 {
-		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and three users created", s, len(all), all[len(all)-1].Version, roles["owner"])
+	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 4 {
+		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and four users created (ops too)", s, len(all), all[len(all)-1].Version, roles["owner"])
 	}
 	for _, u := range s.Roles.Users {
 		if !u.Created {

@@ -180,6 +180,7 @@ func (b *builder) monitoring() {
 			missing: notBreaching,
 		})
 	}
+	specs = append(specs, b.driftAlarm())
 	alarms := make([]interfacesawscloudwatch.IAlarmRef, 0, len(specs))
 	for _, a := range specs {
 		op := awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD

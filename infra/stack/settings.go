@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
 
 // Settings are the deployment's knobs. Every field comes from a CDK context
@@ -126,6 +127,13 @@ type Settings struct {
 	// threshold would page for one retry. Set it (e.g. 10s) on a stage with
 	// steady traffic; BacklogAge covers a stopped worker either way.
 	LatencyP99Alarm time.Duration
+	// StripeAPIVersion is the Stripe API version the handlers are written
+	// for (stripeApiVersion; default the pinned stripe-go's,
+	// stripeevent.DefaultAPIVersion). Set it to the version of the stage's
+	// webhook endpoints (Stripe dashboard, Developers, Webhooks): the worker
+	// counts receipts of any other version (UnexpectedApiVersion) and the
+	// ApiVersionDrift alarm fires when one arrives.
+	StripeAPIVersion string
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
@@ -139,7 +147,7 @@ func (s Settings) StackName() string { return "StripeInbox-" + s.Stage }
 
 // Functions are the Lambda functions the stack deploys; each needs
 // AssetsDir/<name>/bootstrap.
-var Functions = []string{"webhook", "worker", "purge", "migrate"}
+var Functions = []string{"webhook", "worker", "purge", "migrate", "ops"}
 
 // StripeModes are the values of the stripeMode setting (and of the worker's
 // STRIPE_MODE).
@@ -220,6 +228,10 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	s.WorkerListen = r.boolean("workerListen", false)
 	s.LatencyP99Alarm = r.fineDuration("latencyP99Alarm", 0, 100*time.Millisecond, time.Hour, true)
 	r.workerTiming(s)
+	s.StripeAPIVersion = r.str("stripeApiVersion", stripeevent.DefaultAPIVersion)
+	if err := stripeevent.CheckAPIVersion(s.StripeAPIVersion); err != nil {
+		r.addf("stripeApiVersion: %v", err)
+	}
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))

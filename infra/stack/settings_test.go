@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
 
 func lookup(m map[string]any) func(string) any { return func(k string) any { return m[k] } }
@@ -35,6 +37,7 @@ func TestSettingsDefaults(t *testing.T) {
 		WorkerPollInterval:         250 * time.Millisecond,
 		WorkerTimeout:              100 * time.Second,
 		WorkerReservedConcurrency:  3,
+		StripeAPIVersion:           stripeevent.DefaultAPIVersion,
 		AssetsDir:                  filepath.Join("..", "build"),
 	}, s)
 	require.Equal(t, "StripeInbox-dev", s.StackName())

@@ -57,7 +57,7 @@ const (
 
 // functionUsers maps each function that serves traffic or schedules to its
 // database user.
-var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser}
+var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "ops": OpsUser}
 
 // SigningSecretPlaceholder is the initial text of each endpoint's signing
 // secret. It is deliberately not a whsec_ value, so the webhook refuses to
@@ -93,6 +93,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.network()
 	b.database()
 	b.lambdas()
+	b.opsFunction()
 	b.migrateOnDeploy()
 	b.schedules()
 	b.monitoring()
@@ -245,7 +246,7 @@ func (b *builder) database() {
 	// The migrate function sets each role's password from its secret.
 	b.userSecrets = map[string]awsrds.DatabaseSecret{}
 	proxySecrets := []awssecretsmanager.ISecret{b.db.Secret()}
-	for _, fn := range []string{"webhook", "worker", "purge"} {
+	for _, fn := range []string{"webhook", "worker", "purge", "ops"} {
 		b.userSecrets[fn] = awsrds.NewDatabaseSecret(b.stack, jsii.String(OutputID(fn)+"UserSecret"), &awsrds.DatabaseSecretProps{
 			Username: jsii.String(functionUsers[fn]),
 		})
@@ -366,7 +367,7 @@ func (b *builder) lambdas() {
 				// Checked against internal/config's validation by
 				// TestFunctionEnvironmentsPassConfigValidation.
 				"WORKER_CONCURRENCY": "4",
-				"MAX_ATTEMPTS":       "10",
+				"MAX_ATTEMPTS":       maxAttempts,
 				"LEASE":              "2m",
 				"STATEMENT_TIMEOUT":  "2s",
 				"DEADLINE_MARGIN":    WorkerDeadlineMargin.String(),
@@ -376,6 +377,7 @@ func (b *builder) lambdas() {
 				"BATCH_SIZE":         "50",
 				"DB_MAX_CONNS":       "5",
 				"STRIPE_MODE":        b.s.StripeMode,
+				"STRIPE_API_VERSION": b.s.StripeAPIVersion,
 			},
 			// The next tick comes in a minute: an older event only overlaps it.
 			maxEventAge: awscdk.Duration_Seconds(jsii.Number(WorkerMaxEventAge.Seconds())),
@@ -405,6 +407,8 @@ func (b *builder) lambdas() {
 				"WEBHOOK_DB_SECRET_ARN": *b.userSecrets["webhook"].SecretArn(),
 				"WORKER_DB_SECRET_ARN":  *b.userSecrets["worker"].SecretArn(),
 				"PURGE_DB_SECRET_ARN":   *b.userSecrets["purge"].SecretArn(),
+				"OPS_DB_USER":           OpsUser,
+				"OPS_DB_SECRET_ARN":     *b.userSecrets["ops"].SecretArn(),
 			},
 		},
 	}
@@ -528,7 +532,7 @@ func (b *builder) migrateOnDeploy() {
 		ExecuteOnHandlerChange: jsii.Bool(true),
 		ExecuteAfter:           &[]constructs.Construct{b.db, b.proxy, b.proxySG, b.endpoint, b.endpointSG},
 		ExecuteBefore: &[]constructs.Construct{
-			b.functions["webhook"], b.functions["worker"], b.functions["purge"],
+			b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["ops"],
 		},
 	})
 }
@@ -579,6 +583,7 @@ func (b *builder) outputs() {
 		Value:       b.functions["migrate"].FunctionName(),
 	})
 	awscdk.NewCfnOutput(b.stack, jsii.String("ProxyEndpoint"), &awscdk.CfnOutputProps{Value: b.proxy.Endpoint()})
+	b.opsOutputs()
 }
 
 var retentions = map[int]awslogs.RetentionDays{

@@ -91,7 +91,7 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 		require.Equal(t, "POSTGRESQL", p["EngineFamily"])
 		require.Equal(t, ProxyName(s.settings.StackName()), p["DBProxyName"])
 		auth := p["Auth"].([]any)
-		require.Len(t, auth, 5, "the master's secret, one per function's user, and the earlier release's shared user's")
+		require.Len(t, auth, 6, "the master's secret, one per function's user (ops included), and the earlier release's shared user's")
 		for _, a := range auth {
 			require.Equal(t, "REQUIRED", a.(map[string]any)["IAMAuth"])
 			require.Equal(t, "SECRETS", a.(map[string]any)["AuthScheme"])
@@ -128,7 +128,7 @@ func TestRetireLegacyAppRole(t *testing.T) {
 	t.Parallel()
 	_, proxy := retired.one(t, "AWS::RDS::DBProxy", "Proxy")
 	auth := props(proxy)["Auth"].([]any)
-	require.Len(t, auth, 4, "the master's secret and one per function's user")
+	require.Len(t, auth, 5, "the master's secret and one per function's user (ops included)")
 	require.NotContains(t, retired.resources("AWS::SecretsManager::Secret"), legacySecretID)
 	for id, secret := range retired.resources("AWS::SecretsManager::Secret") {
 		require.NotContains(t, asJSON(t, props(secret)), LegacyAppUser, id)
@@ -216,7 +216,7 @@ func TestEnvironmentContract(t *testing.T) {
 		require.Equal(t, "Stage=dev", env["METRICS_DIMENSIONS"], name)
 		require.NotContains(t, env, "AWS_REGION", "%s: AWS_REGION is reserved; Lambda sets it", name)
 		require.NotContains(t, env, "DATABASE_URL", name)
-		wantUser := map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "migrate": MasterUser}[name]
+		wantUser := map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "migrate": MasterUser, "ops": OpsUser}[name]
 		require.Equal(t, wantUser, env["DB_USER"], name)
 	}
 
@@ -334,7 +334,7 @@ func TestIAMGrantsAreScoped(t *testing.T) {
 					for _, res := range asSlice(st["Resource"]) {
 						resJSON := asJSON(t, res)
 						found := 0
-						for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, LegacyAppUser, SchemaOwnerRole} {
+						for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, OpsUser, LegacyAppUser, SchemaOwnerRole} {
 							if strings.Contains(resJSON, `/`+user+`"`) {
 								connectUsers[user] = append(connectUsers[user], id)
 								found++
@@ -353,6 +353,7 @@ func TestIAMGrantsAreScoped(t *testing.T) {
 		// after a rollback); the migrate function never.
 		for user, prefix := range map[string]string{
 			MasterUser: "MigrateFunction", WebhookUser: "WebhookFunction", WorkerUser: "WorkerFunction", PurgeUser: "PurgeFunction",
+			OpsUser: "OpsFunction",
 		} {
 			require.Len(t, connectUsers[user], 1, "%s: %v", user, connectUsers[user])
 			require.True(t, strings.HasPrefix(connectUsers[user][0], prefix), "%s is granted to %v", user, connectUsers[user])
@@ -463,7 +464,7 @@ func TestAlarms(t *testing.T) {
 	}
 	for metric, count := range map[string]int{
 		"OldestUnprocessedAgeSeconds": 1, "NeedsReviewCount": 1, "AnomalyCount": 1, "StoreFailed": 1,
-		"Url5xxCount": 1, "Errors": 4, "Throttles": 3, "FreeStorageSpace": 1, "DatabaseConnections": 1,
+		"Url5xxCount": 1, "Errors": 5, "Throttles": 3, "UnexpectedApiVersion": 1, "FreeStorageSpace": 1, "DatabaseConnections": 1,
 	} {
 		require.Len(t, byMetric[metric], count, metric)
 	}
@@ -541,7 +542,7 @@ func TestMigrationsRunBeforeTheFunctions(t *testing.T) {
 	version := dev.resources("AWS::Lambda::Version")[versionID]
 	require.Equal(t, map[string]any{"Ref": migrateID}, props(version)["FunctionName"])
 
-	for _, name := range []string{"Webhook", "Worker", "Purge"} {
+	for _, name := range []string{"Webhook", "Worker", "Purge", "Ops"} {
 		_, fn := dev.one(t, "AWS::Lambda::Function", name+"Function")
 		require.Contains(t, dependsOn(fn), triggerID, "%s must wait for the migrations", name)
 	}

@@ -7,18 +7,31 @@
 //   - the owner (inbox_schema_owner): NOLOGIN. It owns every object of schema
 //     public, and migrations run as it (the master user SET ROLEs to it), so
 //     nobody logs in as the owner of the schema.
+//
 //   - the webhook's user (inbox_webhook): INSERT on the columns of
-//     webhook_inbox a receipt is stored with, and SELECT of the receipt key
-//     (provider, endpoint, event_id). Nothing else: it cannot read payloads,
-//     update or delete receipts, or touch any other table.
+//     webhook_inbox a receipt is stored with, SELECT of the receipt key
+//     (provider, endpoint, event_id), and SELECT and UPDATE of duplicates (a
+//     duplicate delivery counts itself). Nothing else: it cannot read
+//     payloads, change a receipt otherwise, delete one, or touch any other
+//     table.
+//
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
 //     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
 //     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may
 //     lock rows FOR UPDATE). Nothing on the business tables.
+//
 //   - the worker's user (inbox_worker): SELECT, INSERT, UPDATE and DELETE on
 //     every other table of schema public (now and, through default
 //     privileges, every table a later migration creates), SELECT and UPDATE
 //     on webhook_inbox (claims, outcomes), nothing on schema_migrations.
+//
+//   - the operators' user (inbox_ops; optional, Roles.Ops): what internal/ops
+//     runs for inboxctl: SELECT on webhook_inbox and the business tables it
+//     shows, UPDATE of webhook_inbox.attempts and available_at (retry),
+//     UPDATE of anomalies.resolved_at and resolution (resolve), and INSERT
+//     and SELECT on ops_audit. It cannot store, process, delete or scrub
+//     receipts, book money, change or delete an audit row, or touch a table
+//     a later migration creates until a release grants it here.
 //
 // None of them may create, alter or drop objects; only the worker may create
 // temporary tables (the database's TEMPORARY privilege is taken from PUBLIC).
@@ -122,6 +135,9 @@ type Roles struct {
 	Webhook string
 	Worker  string
 	Purge   string
+	// Ops is the operations function's login role (inbox_ops), optional:
+	// empty when the deployment has no ops function.
+	Ops string
 	// Legacy is the login role the functions of the earlier release shared
 	// (inbox_app), kept working as that release left it while the new
 	// functions replace the old ones and a rollback may bring the old ones
@@ -136,8 +152,18 @@ type Roles struct {
 	Retired []string
 }
 
-// logins returns the login roles with the function each serves.
+// logins returns the login roles with the function each serves: the three
+// functions', and the ops function's when it is configured.
 func (r Roles) logins() [][2]string {
+	l := r.functions()
+	if r.Ops != "" {
+		l = append(l, [2]string{"ops", r.Ops})
+	}
+	return l
+}
+
+// functions returns the roles of the three functions that process receipts.
+func (r Roles) functions() [][2]string {
 	return [][2]string{{"webhook", r.Webhook}, {"worker", r.Worker}, {"purge", r.Purge}}
 }
 
@@ -163,8 +189,11 @@ func (r Roles) Validate(master string) error {
 		seen[master] = "the user the deploy step connects as (DB_USER)"
 	}
 	check("the schema owner role", r.Owner)
-	for _, l := range r.logins() {
+	for _, l := range r.functions() {
 		check("the "+l[0]+"'s role", l[1])
+	}
+	if r.Ops != "" {
+		check("the ops function's role", r.Ops)
 	}
 	if r.Legacy != "" {
 		check("the earlier release's shared role (kept)", r.Legacy)
@@ -182,6 +211,7 @@ func (r Roles) Validate(master string) error {
 // needed only when Roles.Legacy is set.
 type Passwords struct {
 	Webhook, Worker, Purge string
+	Ops                    string // needed only when Roles.Ops is set
 	Legacy                 string
 }
 
@@ -191,6 +221,8 @@ func (p Passwords) of(function string) string {
 		return p.Webhook
 	case "worker":
 		return p.Worker
+	case "ops":
+		return p.Ops
 	default:
 		return p.Purge
 	}
@@ -380,7 +412,7 @@ func checkRetirement(ctx context.Context, tx pgx.Tx, roles Roles) error {
 		return nil
 	}
 	var missing []string
-	for _, l := range roles.logins() {
+	for _, l := range roles.functions() {
 		exists, err := roleExists(ctx, tx, l[1])
 		if err != nil {
 			return err
@@ -652,6 +684,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 	if roles.Legacy != "" {
 		all = append(all, roles.Legacy)
 	}
+	if roles.Ops != "" {
+		all = append(all, roles.Ops)
+	}
 	for _, name := range all {
 		r := q(name)
 		out = append(out,
@@ -666,6 +701,11 @@ func grants(roles Roles, webhookInsert []string) []string {
 		// INSERT ... ON CONFLICT DO NOTHING RETURNING of internal/inbox).
 		"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+webhook,
 		"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+webhook,
+		// A duplicate delivery counts itself on the stored receipt
+		// (inbox.CountDuplicate: UPDATE ... SET duplicates = duplicates + 1,
+		// its row picked FOR UPDATE SKIP LOCKED): UPDATE and SELECT of that
+		// one column.
+		"GRANT SELECT (duplicates), UPDATE (duplicates) ON public.webhook_inbox TO "+webhook,
 
 		// The purge (internal/retention): delete processed receipts and
 		// published outbox rows, scrub payloads. Its batches pick rows by
@@ -684,9 +724,15 @@ func grants(roles Roles, webhookInsert []string) []string {
 		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "+worker,
 		"REVOKE INSERT, DELETE ON public.webhook_inbox FROM "+worker,
 		"REVOKE ALL ON public.schema_migrations FROM "+worker,
+		// The operators' audit trail is written only by internal/ops
+		// (the ops role, or the master): no function may change it.
+		"REVOKE ALL ON public.ops_audit FROM "+worker,
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+worker,
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+worker,
 	)
+	if roles.Ops != "" {
+		out = append(out, opsGrants(q(roles.Ops))...)
+	}
 	if roles.Legacy != "" {
 		// The earlier release's shared role, while it is kept: what that
 		// release's deploy step granted it (the functions it ran did all
@@ -699,11 +745,26 @@ func grants(roles Roles, webhookInsert []string) []string {
 			"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+legacy,
 			"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "+legacy,
 			"REVOKE INSERT, UPDATE, DELETE ON public.schema_migrations FROM "+legacy,
+			"REVOKE INSERT, UPDATE, DELETE ON public.ops_audit FROM "+legacy,
 			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+legacy,
 			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+legacy,
 		)
 	}
 	return out
+}
+
+// opsGrants are the operators' role's privileges: exactly the statements of
+// internal/ops (its reads, retry, resolve and the audit row). Table by
+// table, so a table a later migration adds is not readable until a release
+// decides it should be. The audit rows' identity column needs no sequence
+// privilege.
+func opsGrants(ops string) []string {
+	return []string{
+		"GRANT SELECT ON public.webhook_inbox, public.invoices, public.ledger_entries, public.outbox, public.anomalies TO " + ops,
+		"GRANT UPDATE (attempts, available_at) ON public.webhook_inbox TO " + ops,
+		"GRANT UPDATE (resolved_at, resolution) ON public.anomalies TO " + ops,
+		"GRANT SELECT, INSERT ON public.ops_audit TO " + ops,
+	}
 }
 
 func checkRoleName(user string) error {

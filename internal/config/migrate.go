@@ -58,6 +58,7 @@ func LoadMigrate(env Env) (Migrate, error) {
 			Worker:  get("WORKER_DB_USER"),
 			Purge:   get("PURGE_DB_USER"),
 			Legacy:  get("LEGACY_DB_USER"),
+			Ops:     get("OPS_DB_USER"),
 		},
 		SecretARNs: map[string]string{},
 		LogLevel:   p.logLevel(env),
@@ -86,8 +87,17 @@ func LoadMigrate(env Env) (Migrate, error) {
 		}
 	}
 	withSecret := migrateFunctions
+	if c.Roles.Ops != "" {
+		withSecret = append(slices.Clip(withSecret), "ops")
+	} else {
+		for _, k := range []string{"OPS_DB_SECRET_ARN", "OPS_DB_PASSWORD"} {
+			if get(k) != "" {
+				p.addf("%s is set but OPS_DB_USER is not: name the ops function's role (e.g. inbox_ops), or unset it", k)
+			}
+		}
+	}
 	if c.Roles.Legacy != "" {
-		withSecret = append(slices.Clip(migrateFunctions), "legacy")
+		withSecret = append(slices.Clip(withSecret), "legacy")
 		if slices.Contains(c.Roles.Retired, c.Roles.Legacy) {
 			p.addf("LEGACY_DB_USER=%s is also in RETIRED_DB_USERS: keep it (LEGACY_DB_USER, while a rollback to the release that used it may happen) or retire it (RETIRED_DB_USERS), not both", c.Roles.Legacy)
 		}
@@ -120,9 +130,13 @@ func LoadMigrate(env Env) (Migrate, error) {
 				c.Passwords.Worker = password
 			case "legacy":
 				c.Passwords.Legacy = password
+			case "ops":
+				c.Passwords.Ops = password
 			default:
 				c.Passwords.Purge = password
 			}
+		case fn == "ops":
+			p.addf("no password for OPS_DB_USER=%s: set OPS_DB_SECRET_ARN=arn:aws:secretsmanager:... (AWS) or OPS_DB_PASSWORD (local)", c.Roles.Ops)
 		case fn == "legacy":
 			p.addf("no password for LEGACY_DB_USER=%s: set LEGACY_DB_SECRET_ARN=arn:aws:secretsmanager:... (AWS; the role's existing secret) or LEGACY_DB_PASSWORD (local)", c.Roles.Legacy)
 		default:

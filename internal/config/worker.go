@@ -16,8 +16,9 @@ type Worker struct {
 // LoadWorker reads STRIPE_MODE (required: live or test), WORKER_CONCURRENCY,
 // MAX_ATTEMPTS, LEASE, STATEMENT_TIMEOUT, DEADLINE_MARGIN, CLAIM_LIMIT,
 // BATCH_SIZE, BACKOFF_BASE, BACKOFF_CAP, POLL_INTERVAL (default 250ms; 0
-// returns as soon as the inbox is empty) and LISTEN (on or off, default off:
-// wake on the webhook's notification; see worker.Config.Listen), and the
+// returns as soon as the inbox is empty), LISTEN (on or off, default off:
+// wake on the webhook's notification; see worker.Config.Listen) and
+// STRIPE_API_VERSION (optional: count receipts of other versions), and the
 // database settings. The pool gets one connection per drainer plus one.
 func LoadWorker(env Env) (Worker, error) {
 	var p problems
@@ -41,6 +42,7 @@ func LoadWorker(env Env) (Worker, error) {
 	wc.BackoffCap = p.duration(env, "BACKOFF_CAP", worker.DefaultBackoffCap)
 	wc.PollInterval = p.pollInterval(env)
 	wc.Listen = p.onOff(env, "LISTEN", false)
+	wc.APIVersion = strings.TrimSpace(env("STRIPE_API_VERSION")) // optional; checked by Validate
 	w := Worker{Common: p.common(env, "worker", max(wc.Concurrency, 1)+1), Worker: wc}
 	w.Database.PreparedStatements = true // see internal/database
 	if wc.Concurrency >= 1 && int(w.Database.MaxConns) < wc.Concurrency+1 {

@@ -16,6 +16,9 @@ type Claimed struct {
 	EventType string
 	ObjectID  string // data.object.id: the business key batches are ordered by
 	Attempts  int    // including this one
+	// APIVersion is the event's api_version ("" when it has none): the
+	// worker counts receipts of versions its handlers were not written for.
+	APIVersion string
 }
 
 // ClaimParams bound a claim.
@@ -41,7 +44,7 @@ func Claim(ctx context.Context, db BatchDB, p ClaimParams) ([]Claimed, error) {
 	err := queryWithin(ctx, db, p.StatementTimeout, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 			var c Claimed
-			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.ObjectID, &c.Attempts)
+			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.ObjectID, &c.Attempts, &c.APIVersion)
 			return c, err
 		})
 		return err

@@ -1,7 +1,8 @@
 // Package inbox is the webhook_inbox table: storing a verified receipt,
 // claiming receipts for processing, recording their outcome, reading the
-// backlog, and the purge's batches (purge.go). All of the table's SQL lives
-// in queries.go; no other package writes SQL on it (tests aside).
+// backlog, the purge's batches (purge.go), and what operators read and
+// retry (ops.go). All of the table's SQL lives in queries.go and, for
+// operators, opsqueries.go; no other package writes SQL on it (tests aside).
 //
 // A receipt in the inbox is our promise to Stripe: once Store has committed it
 // and the webhook has answered 2xx, Stripe stops retrying and the
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -90,10 +92,14 @@ func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeeven
 
 func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
 	var inserted bool
+	var signedAt *time.Time
+	if !ev.SignedAt.IsZero() {
+		signedAt = &ev.SignedAt
+	}
 	err := db.QueryRow(ctx, query,
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
-		string(payload), raw,
+		string(payload), raw, nullable(ev.SecretFingerprint), signedAt,
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -9,12 +9,14 @@ package inbox
 // storeReceipt: $1 provider, $2 endpoint, $3 event_id, $4 event_type,
 // $5 api_version, $6 livemode, $7 account, $8 object_id, $9 payload (text),
 // $10 payload_raw (bytea, NULL unless jsonb cannot hold the exact bytes; see
-// migrations/0007_receipt_payload_raw.sql).
+// migrations/0007_receipt_payload_raw.sql), $11 secret_fingerprint (the
+// fingerprint of the signing secret that verified it), $12 signed_at (the
+// signature's timestamp); see migrations/0012_ops.sql.
 // Returns one row when the receipt is new, none when it is a duplicate.
 const storeReceipt = `
 INSERT INTO webhook_inbox
-    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea)
+    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12)
 ON CONFLICT (provider, endpoint, event_id) DO NOTHING
 RETURNING true`
 
@@ -37,8 +39,8 @@ const NotifyChannel = "webhook_inbox"
 const storeReceiptNotify = `
 WITH stored AS (
     INSERT INTO webhook_inbox
-        (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea)
+        (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12)
     ON CONFLICT (provider, endpoint, event_id) DO NOTHING
     RETURNING true
 )
@@ -80,7 +82,7 @@ UPDATE webhook_inbox AS w
                            ELSE coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond' END
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
-RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts`
+RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts, coalesce(w.api_version, '')`
 
 // claimable: $1 now, $2 max_attempts. Whether a claim would find anything:
 // the resident worker's poll while the inbox is empty. The same index range

@@ -14,11 +14,17 @@ package stripeevent
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 )
 
@@ -48,6 +54,34 @@ type Event struct {
 	Account    string // connected account for Connect events, else empty
 	ObjectID   string // data.object.id, else empty
 	Payload    []byte // the exact bytes that were signed
+	// SecretFingerprint is Fingerprint of the signing secret that verified
+	// the delivery (never the secret itself).
+	SecretFingerprint string
+	// SignedAt is the signature's timestamp (t= of Stripe-Signature).
+	SignedAt time.Time
+}
+
+// Fingerprint identifies a signing secret without revealing it: the first 8
+// bytes of its SHA-256, in hex. Operators compare it with the fingerprint of
+// a secret they hold (inboxctl secrets) to know which secret of a roll still
+// matches deliveries.
+func Fingerprint(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:8])
+}
+
+// signedAt reads t= from a Stripe-Signature header that has been verified
+// (stripe-go's webhook.ValidatePayloadWithTolerance does not return it).
+func signedAt(header string) time.Time {
+	for _, part := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if ok && k == "t" {
+			if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return time.Unix(sec, 0).UTC()
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // Verify checks header against body with each secret and, when one matches,
@@ -64,7 +98,12 @@ func Verify(body []byte, header string, secrets []string) (Event, error) {
 	for _, secret := range secrets {
 		err = webhook.ValidatePayloadWithTolerance(body, header, secret, Tolerance)
 		if err == nil {
-			return parse(body)
+			ev, err := parse(body)
+			if err != nil {
+				return Event{}, err
+			}
+			ev.SecretFingerprint, ev.SignedAt = Fingerprint(secret), signedAt(header)
+			return ev, nil
 		}
 		if !errors.Is(err, webhook.ErrNoValidSignature) {
 			// A malformed header or an old timestamp fails the same way
@@ -143,4 +182,22 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// DefaultAPIVersion is the API version of the pinned stripe-go, the default
+// a stage declares its handlers are written for (infra/stack setting
+// stripeApiVersion) until it names its endpoints' version.
+const DefaultAPIVersion = stripe.APIVersion
+
+// apiVersion is the shape of a Stripe API version: a date, and since
+// 2024-09-30 a release name (2025-03-31.basil).
+var apiVersion = regexp.MustCompile(`^20[0-9]{2}-[01][0-9]-[0-3][0-9](\.[a-z]+)?$`)
+
+// CheckAPIVersion reports whether v looks like a Stripe API version, with
+// what to set instead.
+func CheckAPIVersion(v string) error {
+	if !apiVersion.MatchString(v) {
+		return fmt.Errorf("%q is not a Stripe API version: use the version of your webhook endpoints as the Stripe dashboard shows it (Developers, Webhooks, the endpoint), e.g. 2025-03-31.basil", v)
+	}
+	return nil
 }

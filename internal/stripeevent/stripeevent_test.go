@@ -19,12 +19,23 @@ func header(body []byte, secret string, at time.Time) string {
 func TestVerifyExtractsFields(t *testing.T) {
 	t.Parallel()
 	body := []byte(`{"id":"evt_1","type":"charge.refunded","api_version":"2024-06-20","livemode":true,"account":"acct_1","data":{"object":{"id":"ch_1"}}}`)
-	ev, err := stripeevent.Verify(body, header(body, "whsec_a", time.Now()), []string{"whsec_b", "whsec_a"})
+	at := time.Now().Add(-time.Minute).Truncate(time.Second).UTC()
+	ev, err := stripeevent.Verify(body, header(body, "whsec_a", at), []string{"whsec_b", "whsec_a"})
 	require.NoError(t, err)
 	require.Equal(t, stripeevent.Event{
 		ID: "evt_1", Type: "charge.refunded", APIVersion: "2024-06-20", Livemode: true,
 		Account: "acct_1", ObjectID: "ch_1", Payload: body,
+		SecretFingerprint: stripeevent.Fingerprint("whsec_a"), SignedAt: at,
 	}, ev)
+}
+
+// The fingerprint names the secret that matched, is stable, and reveals
+// nothing of the secret: the first 8 bytes of its SHA-256 (echo -n whsec_a | sha256sum).
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "b080b1702f9779d9", stripeevent.Fingerprint("whsec_a"))
+	require.NotEqual(t, stripeevent.Fingerprint("whsec_a"), stripeevent.Fingerprint("whsec_b"))
+	require.Len(t, stripeevent.Fingerprint("whsec_anything"), 16)
 }
 
 func TestVerifyErrors(t *testing.T) {

@@ -184,6 +184,12 @@ func (h *Handler) handle(ctx context.Context, req events.LambdaFunctionURLReques
 		return response(statuses[reasonStoreFailed], bodies[reasonStoreFailed])
 	}
 	rec.outcome = string(outcome)
+	if outcome == inbox.Duplicate {
+		// A statistic (inboxctl status): never waits, never fails the answer.
+		if _, err := inbox.CountDuplicate(storeCtx, h.db, rec.endpoint, ev.ID); err != nil {
+			h.logger.WarnContext(ctx, "counting a duplicate", "endpoint", rec.endpoint, "event_id", ev.ID, "error", err.Error())
+		}
+	}
 	return response(http.StatusOK, `{"received":true,"outcome":"`+string(outcome)+`"}`)
 }
 

@@ -526,3 +526,28 @@ SELECT endpoint, event_type, object_id, livemode, attempts, processed_at,
 	require.JSONEq(t, `{"received":true,"outcome":"duplicate"}`, resp.Body)
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
 }
+
+// Each receipt records which of the endpoint's secrets verified it (by its
+// fingerprint, never the value) and the signature's timestamp; a duplicate
+// delivery counts itself on the stored receipt and changes nothing else.
+func TestReceiptRecordsTheMatchingSecretAndCountsDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, pgtest.DB(t), map[string]string{"billing": secretA + "," + secretB})
+	body := eventJSON("evt_fp", "invoice.paid")
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	header := stripetest.Sign(body, at, secretB)
+	req := request("billing", body, header)
+	require.Equal(t, "stored", outcomeOf(t, b.do(t, req)))
+	require.Equal(t, "duplicate", outcomeOf(t, b.do(t, req)))
+	require.Equal(t, "duplicate", outcomeOf(t, b.do(t, signedRequest("billing", "evt_fp", "invoice.paid", secretA))))
+
+	var fp string
+	var signedAt time.Time
+	var dups int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT secret_fingerprint, signed_at, duplicates FROM webhook_inbox WHERE event_id = 'evt_fp'").Scan(&fp, &signedAt, &dups))
+	require.Equal(t, stripeevent.Fingerprint(secretB), fp, "the first delivery's secret, which the duplicates do not change")
+	require.True(t, at.Equal(signedAt), "signed_at %s, want %s", signedAt, at)
+	require.Equal(t, 2, dups)
+	require.Zero(t, b.db.Count(t, "webhook_inbox", "secret_fingerprint LIKE 'whsec%' OR payload::text LIKE '%"+secretB+"%'"), "no secret stored")
+}

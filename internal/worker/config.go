@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
 
 // Config tunes the worker. Zero values take the defaults below; Validate
@@ -49,6 +51,10 @@ type Config struct {
 	// LISTEN connection of its own. Polling stays the guarantee: a lost
 	// notification costs at most PollInterval.
 	Listen bool
+	// APIVersion is the Stripe API version the handlers are written for
+	// (STRIPE_API_VERSION). Claimed receipts of another version are counted
+	// (metric UnexpectedApiVersion, see drift.go); empty: not counted.
+	APIVersion string
 }
 
 // The Stripe modes a deployment books.
@@ -121,8 +127,8 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 64 {
 		add("WORKER_CONCURRENCY=%d: must be from 1 to 64", c.Concurrency)
 	}
-	if c.MaxAttempts < 1 || c.MaxAttempts > 1000 {
-		add("MAX_ATTEMPTS=%d: must be from 1 to 1000", c.MaxAttempts)
+	if err := CheckMaxAttempts(c.MaxAttempts); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ClaimLimit < 1 || c.ClaimLimit > 1000 {
 		add("CLAIM_LIMIT=%d: must be from 1 to 1000", c.ClaimLimit)
@@ -153,6 +159,11 @@ func (c Config) Validate() error {
 	if c.Listen && c.PollInterval == 0 {
 		add("LISTEN=on needs POLL_INTERVAL > 0: only a resident worker listens for receipts (set POLL_INTERVAL, e.g. %s, or LISTEN=off)", DefaultPollInterval)
 	}
+	if c.APIVersion != "" {
+		if err := stripeevent.CheckAPIVersion(c.APIVersion); err != nil {
+			add("STRIPE_API_VERSION: %v", err)
+		}
+	}
 	if c.BackoffBase < 10*time.Millisecond || c.BackoffBase > time.Hour {
 		add("BACKOFF_BASE=%s: must be from 10ms to 1h", c.BackoffBase)
 	}
@@ -160,4 +171,13 @@ func (c Config) Validate() error {
 		add("BACKOFF_BASE=%s and BACKOFF_CAP=%s: need 0 < base <= cap <= 24h", c.BackoffBase, c.BackoffCap)
 	}
 	return errors.Join(errs...)
+}
+
+// CheckMaxAttempts is the range of MAX_ATTEMPTS, for the worker and for
+// internal/ops, which must classify receipts with the worker's limit.
+func CheckMaxAttempts(n int) error {
+	if n < 1 || n > 1000 {
+		return fmt.Errorf("MAX_ATTEMPTS=%d: must be from 1 to 1000", n)
+	}
+	return nil
 }

@@ -106,6 +106,9 @@ type Summary struct {
 	// database unreachable for a moment, a lock on webhook_inbox past the
 	// statement timeout). They do not fail the run unless none succeeded.
 	PollErrors int `json:"poll_errors"`
+	// UnexpectedAPIVersion counts the receipts claimed for the first time
+	// whose API version is not Config.APIVersion (drift.go).
+	UnexpectedAPIVersion int `json:"unexpected_api_version"`
 }
 
 func (s *Summary) add(o Outcome, anomaly bool) {
@@ -245,6 +248,7 @@ func (a *runAcc) add(s Summary, err error) {
 	a.total.AlreadyDone += s.AlreadyDone
 	a.total.Anomalies += s.Anomalies
 	a.total.Released += s.Released
+	a.total.UnexpectedAPIVersion += s.UnexpectedAPIVersion
 	if err != nil {
 		a.total.PollErrors++
 		if len(a.errs) < maxRunErrors {
@@ -309,6 +313,9 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 		metrics.Metric{Name: "IgnoredOtherMode", Value: float64(s.IgnoredOtherMode), Unit: metrics.Count},
 		metrics.Metric{Name: "PollErrors", Value: float64(s.PollErrors), Unit: metrics.Count},
 	)...)
+	if err == nil && w.cfg.APIVersion != "" {
+		err = w.metrics.Emit(nil, metrics.Metric{Name: "UnexpectedApiVersion", Value: float64(s.UnexpectedAPIVersion), Unit: metrics.Count})
+	}
 	if err != nil {
 		w.logger.ErrorContext(ctx, "writing metrics", "error", err)
 	}
@@ -335,6 +342,7 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usab
 		if len(claimed) == 0 {
 			return s, nil
 		}
+		s.UnexpectedAPIVersion += w.countDrift(ctx, claimed)
 		if len(claimed) >= w.cfg.ClaimLimit {
 			full()
 		}

@@ -1,0 +1,30 @@
+package config
+
+import (
+	"strings"
+
+	"github.com/stripe-inbox/inbox/internal/ops"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+// Ops is the configuration of the operations function (functions/ops) and
+// of inboxctl's local runs.
+type Ops struct {
+	Common
+	Ops ops.Config
+}
+
+// LoadOps reads MAX_ATTEMPTS (default 10, as the worker's; the range is
+// worker.CheckMaxAttempts') and STRIPE_API_VERSION (optional), both checked
+// by ops.Config.Validate, and the common settings. One request
+// at a time: a pool of 2.
+func LoadOps(env Env) (Ops, error) {
+	var p problems
+	o := Ops{Common: p.common(env, "ops", 2)}
+	o.Ops.MaxAttempts = p.wholeNumber(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts)
+	o.Ops.APIVersion = strings.TrimSpace(env("STRIPE_API_VERSION"))
+	if err := o.Ops.Validate(); err != nil {
+		p.addErr("", err)
+	}
+	return o, p.err()
+}

@@ -1,0 +1,73 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+// withVersion is an event of another API version.
+func withVersion(t *testing.T, payload []byte, version string) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(payload, &m))
+	m["api_version"] = version
+	out, err := json.Marshal(m)
+	require.NoError(t, err)
+	return out
+}
+
+// TestReceiptsOfAnotherAPIVersionAreCounted: a receipt whose API version is
+// not the one the handlers are written for is processed as usual and
+// counted once (UnexpectedApiVersion by endpoint and version, and the run's
+// total for the alarm), only when it is first claimed.
+func TestReceiptsOfAnotherAPIVersionAreCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, paid("evt_ok", "in_1"))
+	b.receive(t, withVersion(t, paid("evt_new_1", "in_2"), "2099-01-01.future"))
+	b.receive(t, withVersion(t, stripetest.Event("evt_new_2", "customer.updated", map[string]any{"id": "cus_1"}), "2099-01-01.future"))
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, APIVersion: stripetest.APIVersion})
+	s := b.run(t, w)
+	require.Equal(t, 2, s.UnexpectedAPIVersion)
+	require.Equal(t, 2, s.Processed, "counted, and processed as usual")
+	var detail, total int
+	for _, line := range strings.Split(strings.TrimSpace(b.metrics.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		if _, ok := m["UnexpectedApiVersion"]; !ok {
+			continue
+		}
+		if m["Endpoint"] == "billing" && m["ApiVersion"] == "2099-01-01.future" {
+			detail += int(m["UnexpectedApiVersion"].(float64))
+		} else if _, dims := m["Endpoint"]; !dims {
+			total += int(m["UnexpectedApiVersion"].(float64))
+		}
+	}
+	require.Equal(t, 2, detail)
+	require.Equal(t, 2, total)
+
+	// Nothing new: the next run counts nothing (and says so, for the alarm).
+	b.metrics.Reset()
+	require.Zero(t, b.run(t, w).UnexpectedAPIVersion)
+	require.Contains(t, b.metrics.String(), `"UnexpectedApiVersion":0`)
+
+	// Without a declared version nothing is counted or emitted.
+	b2 := setup(t)
+	b2.receive(t, withVersion(t, paid("evt_new", "in_3"), "2099-01-01.future"))
+	require.Zero(t, b2.run(t, b2.newWorker(t, nil, worker.Config{Concurrency: 1})).UnexpectedAPIVersion)
+	require.NotContains(t, b2.metrics.String(), "UnexpectedApiVersion")
+}
+
+func TestAPIVersionIsValidated(t *testing.T) {
+	t.Parallel()
+	cfg := worker.Config{Mode: worker.ModeTest, APIVersion: "latest"}.WithDefaults()
+	require.ErrorContains(t, cfg.Validate(), `STRIPE_API_VERSION: "latest" is not a Stripe API version`)
+	cfg.APIVersion = "2025-03-31.basil"
+	require.NoError(t, cfg.Validate())
+}
