@@ -77,7 +77,7 @@ type Server struct {
 	calls    int
 	events   []Event
 	faults   []Fault
-	hold     func(call int) // called (outside the lock) before answering
+	hold     func(call int, r *http.Request) // called (outside the lock) before answering
 	rejected int
 	nextID   int
 }
@@ -106,10 +106,12 @@ func (s *Server) AddFault(f Fault) {
 	s.faults = append(s.faults, f)
 }
 
-// Hold makes every call wait for fn(call) to return before it is answered
-// (nil: answer at once). fn runs after the entries were accepted and
-// recorded: the moment between PutEvents and the caller's mark.
-func (s *Server) Hold(fn func(call int)) {
+// Hold makes every call wait for fn(call, request) to return before it is
+// answered (nil: answer at once). fn runs after the entries were accepted
+// and recorded: the moment between PutEvents and the caller's mark. The
+// request tells callers apart (its User-Agent carries the SDK's app id,
+// AWS_SDK_UA_APP_ID).
+func (s *Server) Hold(fn func(call int, r *http.Request)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hold = fn
@@ -296,7 +298,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	hold := s.hold
 	s.mu.Unlock()
 	if hold != nil {
-		hold(call)
+		hold(call, r)
 	}
 	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 	_ = json.NewEncoder(w).Encode(out)

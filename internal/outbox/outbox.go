@@ -225,6 +225,13 @@ func (r *Relay) publish(ctx context.Context, rows []row, token string, s *Summar
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		out, err := r.client.PutEvents(cctx, in)
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			// The run ended (its deadline) during the call: the entries may
+			// or may not have been accepted. Give the rows back uncounted,
+			// due at once: published again, at least once. No pause:
+			// EventBridge did nothing wrong.
+			return true, r.releaseRest(ctx, sendable, calls[ci:], token, 0, "", s)
+		}
 		if err != nil {
 			// Nothing about the rows: give them back uncounted and pause.
 			s.CallFails++

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -271,7 +272,7 @@ func TestAnExpiredRelayCannotMarkRowsAnotherOneClaimed(t *testing.T) {
 
 	held := make(chan struct{})
 	release := make(chan struct{})
-	b.eb.Hold(func(call int) {
+	b.eb.Hold(func(call int, _ *http.Request) {
 		if call == 1 {
 			close(held)
 			<-release
@@ -330,7 +331,7 @@ func TestAnExpiredRelayCannotFailOrReleaseRowsAnotherOneMarked(t *testing.T) {
 	b.insert(t, 3, 100)
 	held := make(chan struct{})
 	release := make(chan struct{})
-	b.eb.Hold(func(call int) {
+	b.eb.Hold(func(call int, _ *http.Request) {
 		if call == 1 {
 			close(held)
 			<-release

@@ -48,6 +48,11 @@ type Worker struct {
 	Jitter func() float64
 
 	latency *latencyRecorder
+
+	// The outbox relay, when attached (SetRelay; see relay.go).
+	relay      Relay
+	relayEvery time.Duration
+	relayKick  chan struct{}
 }
 
 // New returns a Worker. cfg must have passed Validate (after WithDefaults).
@@ -89,6 +94,9 @@ type Summary struct {
 	// database unreachable for a moment, a lock on webhook_inbox past the
 	// statement timeout). They do not fail the run unless none succeeded.
 	PollErrors int `json:"poll_errors"`
+	// OutboxPublished counts the outbox rows the relay published during
+	// the run (when one is attached; see SetRelay).
+	OutboxPublished int `json:"outbox_published,omitempty"`
 }
 
 func (s *Summary) add(o Outcome, anomaly bool) {
@@ -129,10 +137,13 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 
 	acc := &runAcc{}
 	if w.cfg.PollInterval > 0 {
+		stopRelay := w.startRelay(ctx, stopAt, acc)
 		w.resident(ctx, stopAt, acc)
+		stopRelay()
 	} else {
 		w.round(ctx, stopAt, true, acc)
 	}
+	w.finalRelay(ctx, acc)
 	total, errs, used := acc.total, acc.errs, acc.used
 	if acc.failed > 0 {
 		errs = append(errs, fmt.Errorf("and %d more errors", acc.failed))
