@@ -185,4 +185,3 @@ func TestRelayKilledBetweenPutEventsAndTheMarkLosesNothing(t *testing.T) {
 	t.Log(msg)
 	fmt.Println(msg)
 }
-
