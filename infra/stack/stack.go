@@ -93,6 +93,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.network()
 	b.database()
 	b.lambdas()
+	b.outboxRelay()
 	b.migrateOnDeploy()
 	b.schedules()
 	b.monitoring()
@@ -124,6 +125,10 @@ type builder struct {
 	trigger     triggers.Trigger
 	dashboard   string
 	topicArn    *string
+
+	// bus is the outbox relay's event bus; nil with outboxRelay=false
+	// (relay.go).
+	bus awsevents.EventBus
 
 	// legacySecret is LegacyAppUser's secret; nil once it is retired.
 	legacySecret awsrds.DatabaseSecret
@@ -572,6 +577,7 @@ func (b *builder) outputs() {
 		Value:       b.functions["migrate"].FunctionName(),
 	})
 	awscdk.NewCfnOutput(b.stack, jsii.String("ProxyEndpoint"), &awscdk.CfnOutputProps{Value: b.proxy.Endpoint()})
+	b.outboxOutputs()
 }
 
 var retentions = map[int]awslogs.RetentionDays{
