@@ -199,7 +199,21 @@ type resultEntry struct {
 	ErrorMessage string `json:"ErrorMessage,omitempty"`
 }
 
+// PublishedPath answers GET with the accepted entries' details, a JSON
+// array in the order accepted: how a process that runs the stand-in (the
+// fault suite's) lets a checker see what was published.
+const PublishedPath = "/_standin/published"
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == PublishedPath {
+		details := []json.RawMessage{}
+		for _, e := range s.Events() {
+			details = append(details, e.Detail)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(details)
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/" {
 		apiError(w, http.StatusNotFound, "UnknownOperationException", "not found")
 		return
