@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-inbox/inbox/internal/approle"
 	"github.com/stripe-inbox/inbox/internal/config"
 )
 
@@ -54,7 +53,7 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 		require.Equal(t, s.settings.OutboxRelay, relay.Enabled, "worker: outbox relay")
 		_, err = config.LoadPurge(resolvedEnv(t, fns["purge"]))
 		require.NoError(t, err, "purge")
-		_, err = approle.LoadConfig(resolvedEnv(t, fns["migrate"]))
+		_, err = config.LoadMigrate(resolvedEnv(t, fns["migrate"]))
 		require.NoError(t, err, "migrate")
 	}
 }
