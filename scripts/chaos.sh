@@ -23,10 +23,11 @@
 # ambiguous: deliveries that failed although their receipt had committed, and
 # whose retry was answered "duplicate"; reattempted: receipts processed on a
 # second or later attempt (a kill or fault interrupted the first).
-# outbox_rows/outbox_unpublished/outbox_lost/outbox_duplicates: the workers
+# relay_rows/relay_unpublished/relay_lost/relay_duplicates: the workers
 # relay the outbox to an EventBridge stand-in (scripts/ebstandin); every
-# outbox row must end published and accepted at least once (duplicates, from
-# kills between PutEvents and the mark, are allowed and counted).
+# outbox row of the run must end marked published (relay_unpublished=0) and
+# accepted by the stand-in at least once (relay_lost=0); duplicates, from
+# kills between PutEvents and the mark, are allowed and counted.
 #
 # Scenarios:
 #   workers   worker processes SIGKILLed at random moments during a drain and restarted

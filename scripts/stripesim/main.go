@@ -289,7 +289,9 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 		len(exp.OtherMode), st.Statuses, o.seed, r.perTable())
 	if o.eventbridge != "" {
 		// The outbox relay's end state, at the end of the figures line.
-		line += fmt.Sprintf(" outbox_rows=%d outbox_unpublished=%d outbox_lost=%d outbox_duplicates=%d", rel.Rows, rel.Unpublished, rel.Lost, rel.Duplicates)
+		// (relay_*: outbox_lost and outbox_doubled are the outbox table's
+		// own check above.)
+		line += fmt.Sprintf(" relay_rows=%d relay_unpublished=%d relay_lost=%d relay_duplicates=%d", rel.Rows, rel.Unpublished, rel.Lost, rel.Duplicates)
 	}
 	fmt.Println(line)
 	if r.failed() || st.Undelivered > 0 || rel.Unpublished+rel.Lost > 0 {
