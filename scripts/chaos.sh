@@ -23,6 +23,11 @@
 # ambiguous: deliveries that failed although their receipt had committed, and
 # whose retry was answered "duplicate"; reattempted: receipts processed on a
 # second or later attempt (a kill or fault interrupted the first).
+# relay_rows/relay_unpublished/relay_lost/relay_duplicates: the workers
+# relay the outbox to an EventBridge stand-in (scripts/ebstandin); every
+# outbox row of the run must end marked published (relay_unpublished=0) and
+# accepted by the stand-in at least once (relay_lost=0); duplicates, from
+# kills between PutEvents and the mark, are allowed and counted.
 #
 # Scenarios:
 #   workers   worker processes SIGKILLed at random moments during a drain and restarted
@@ -56,7 +61,9 @@ unset DATABASE_URL SIGNING_SECRET_ARNS DB_PROXY_HOST DB_PROXY_PORT DB_NAME DB_US
   STORE_TIMEOUT MAX_BODY_BYTES SECRET_TTL METRICS_NAMESPACE METRICS_DIMENSIONS WORKER_CONCURRENCY \
   BATCH_SIZE CLAIM_LIMIT LEASE STATEMENT_TIMEOUT DEADLINE_MARGIN BACKOFF_BASE BACKOFF_CAP MAX_ATTEMPTS \
   LOCAL_COMPONENTS LISTEN_ADDR WEBHOOK_ENDPOINT WORKER_INTERVAL WORKER_TIMEOUT LOG_LEVEL \
-  POLL_INTERVAL LISTEN NOTIFY
+  POLL_INTERVAL LISTEN NOTIFY \
+  OUTBOX_BUS OUTBOX_SOURCE OUTBOX_MAX_ATTEMPTS OUTBOX_CLAIM_LIMIT OUTBOX_LEASE OUTBOX_CALL_TIMEOUT \
+  OUTBOX_BACKOFF_BASE OUTBOX_BACKOFF_CAP OUTBOX_EVERY AWS_ENDPOINT_URL_EVENTBRIDGE AWS_PROFILE
 
 if [ "$MODE" = short ]; then
   WORKERS_INVOICES=1500 WORKERS_KILLS=12 WORKERS_MIN_KILLS=8
@@ -105,6 +112,7 @@ cleanup() {
   local rc=$?
   trap - EXIT
   stop_all
+  if [ -n "${EB_PID:-}" ]; then stop_pid "$EB_PID"; fi
   toxiproxy_stop
   pg_stop_throwaway
   exit "$rc"
@@ -160,6 +168,23 @@ backlog() { # DBURL: unprocessed receipts (empty when the database does not answ
 log "building cmd/local and scripts/stripesim into .tmp/chaos"
 go build -o "$OUT/local" ./cmd/local
 go build -o "$OUT/stripesim" ./scripts/stripesim
+go build -o "$OUT/ebstandin" ./scripts/ebstandin
+
+# The EventBridge stand-in the workers' outbox relay publishes to (issue 17),
+# one for the whole run (stopped by cleanup, not by a scenario's stop_all);
+# stripesim -eventbridge checks at the end of each scenario that every
+# outbox row of its run is marked published and was accepted at least once.
+EB_BUS=chaos-outbox
+"$OUT/ebstandin" "$EB_BUS" >"$LOGS/ebstandin.log" 2>&1 &
+EB_PID=$!
+EB_URL=
+for i in $(seq 1 100); do
+  EB_URL=$(sed -n 's|^listening on \(http://[^ ]*\)$|\1|p' "$LOGS/ebstandin.log" 2>/dev/null | head -1)
+  [ -n "$EB_URL" ] && break
+  kill -0 "$EB_PID" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$EB_URL" ] || die "the EventBridge stand-in did not start"
 
 SECRET="whsec_chaos_$RANDOM$RANDOM$RANDOM"
 export STRIPE_WEBHOOK_SECRET=$SECRET
@@ -180,6 +205,13 @@ WORKER_ENV=(
   WORKER_CONCURRENCY=2 DB_MAX_CONNS=3 CLAIM_LIMIT=5 STATEMENT_TIMEOUT=500ms
   LEASE=3s DEADLINE_MARGIN=2s MAX_ATTEMPTS=$MAX_ATTEMPTS BACKOFF_BASE=50ms BACKOFF_CAP=1s
   LOG_LEVEL=warn
+  # The outbox relay, inside each worker, to the stand-in: a short lease so
+  # that a killed worker's claimed rows come back in seconds; attempts
+  # enough that kills never park a row.
+  OUTBOX_BUS=$EB_BUS AWS_ENDPOINT_URL_EVENTBRIDGE=$EB_URL AWS_REGION=us-east-1
+  AWS_ACCESS_KEY_ID=AKIDCHAOS AWS_SECRET_ACCESS_KEY=chaos-secret
+  OUTBOX_CLAIM_LIMIT=20 OUTBOX_CALL_TIMEOUT=1s OUTBOX_LEASE=3s OUTBOX_MAX_ATTEMPTS=1000
+  OUTBOX_BACKOFF_BASE=50ms OUTBOX_BACKOFF_CAP=1s OUTBOX_EVERY=200ms
 )
 RESIDENT_ENV=(POLL_INTERVAL=100ms LISTEN=on WORKER_INTERVAL=1s WORKER_TIMEOUT=3500ms)
 
@@ -236,13 +268,13 @@ FAILED=()
 sim() {
   local scenario=$1
   shift
-  "$OUT/stripesim" -scenario "$scenario" -max-attempts "$MAX_ATTEMPTS" "$@" \
+  "$OUT/stripesim" -scenario "$scenario" -max-attempts "$MAX_ATTEMPTS" -eventbridge "$EB_URL" "$@" \
     >"$LOGS/$scenario.figures" 2>>"$LOGS/$scenario.sim.log"
 }
 sim_bg() {
   local scenario=$1
   shift
-  "$OUT/stripesim" -scenario "$scenario" -max-attempts "$MAX_ATTEMPTS" "$@" \
+  "$OUT/stripesim" -scenario "$scenario" -max-attempts "$MAX_ATTEMPTS" -eventbridge "$EB_URL" "$@" \
     >"$LOGS/$scenario.figures" 2>>"$LOGS/$scenario.sim.log" &
   SIM_PID=$!
   PIDS[sim]=$SIM_PID

@@ -15,6 +15,10 @@
 # prints), WEBHOOK_ENDPOINT (default billing), STRIPE_MODE (default test: the
 # mode the worker books; `stripe listen` and cmd/sendevent send test-mode
 # events), and any variable of the worker (README, Configuration).
+# OUTBOX_BUS set: the worker also relays the outbox to that EventBridge bus,
+# with the AWS SDK's usual configuration, so AWS_ENDPOINT_URL_EVENTBRIDGE,
+# AWS_REGION and static credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
+# point it at a stand-in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh

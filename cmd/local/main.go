@@ -81,6 +81,18 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			return err
 		}
 		defer pool.Close()
+		// OUTBOX_BUS set: the worker relays the outbox to EventBridge, or to
+		// the stand-in AWS_ENDPOINT_URL_EVENTBRIDGE names.
+		ocfg, err := config.LoadOutbox(os.Getenv)
+		if err != nil {
+			return err
+		}
+		if err := bootstrap.AttachRelay(ctx, w, pool, cfg.Worker, ocfg, logger, io.Discard); err != nil {
+			return err
+		}
+		if ocfg.Enabled {
+			fmt.Printf("outbox relay publishing to event bus %s (OUTBOX_BUS)\n", ocfg.Relay.Bus)
+		}
 		resident := cfg.Worker.Worker.PollInterval > 0
 		concurrent := 1
 		if resident {

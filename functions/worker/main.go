@@ -1,10 +1,12 @@
 // Command worker is the Lambda that an EventBridge schedule invokes every
-// minute to drain the inbox; see internal/worker. It returns the run's
+// minute to drain the inbox (see internal/worker) and, when OUTBOX_BUS is
+// set, to relay the outbox to EventBridge (internal/outbox). It returns the run's
 // summary as JSON.
 package main
 
 import (
 	"context"
+	"errors"
 	"os"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -18,11 +20,16 @@ import (
 func main() {
 	logger := bootstrap.Logger(os.Stdout)
 	cfg, err := config.LoadWorker(os.Getenv)
-	if err != nil {
+	ocfg, oerr := config.LoadOutbox(os.Getenv)
+	if err := errors.Join(err, oerr); err != nil {
 		bootstrap.Fail(logger, "worker cannot start", err)
 	}
 	w, pool, err := bootstrap.NewWorker(context.Background(), cfg, logger, os.Stdout)
 	if err != nil {
+		bootstrap.Fail(logger, "worker cannot start", err)
+	}
+	// The outbox relay runs inside the worker when OUTBOX_BUS is set.
+	if err := bootstrap.AttachRelay(context.Background(), w, pool, cfg, ocfg, logger, os.Stdout); err != nil {
 		bootstrap.Fail(logger, "worker cannot start", err)
 	}
 	handler := func(ctx context.Context, _ events.EventBridgeEvent) (worker.Summary, error) {

@@ -23,7 +23,8 @@ type synthesized struct {
 }
 
 // The stacks every test reads: dev (two endpoints, an alarm e-mail), prod
-// (defaults), dev with nat=true, and dev with retireLegacyAppRole=true.
+// (defaults), dev with nat=true, and dev with retireLegacyAppRole=true and
+// outboxRelay=false.
 var dev, prod, natDev, retired *synthesized
 
 func TestMain(m *testing.M) {
@@ -79,7 +80,7 @@ func synthesizeAll() (func(*testing.M) int, error) {
 	}{
 		{&dev, map[string]any{"stage": "dev", "endpoints": "billing,connect", "alarmEmail": "ops@example.com"}},
 		{&prod, map[string]any{"stage": "prod"}},
-		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true"}},
+		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true", "outboxRelay": "false"}},
 		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "latencyP99Alarm": "10s"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))

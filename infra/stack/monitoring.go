@@ -181,6 +181,7 @@ func (b *builder) monitoring() {
 		})
 	}
 	specs = append(specs, b.driftAlarm())
+	specs = append(specs, b.outboxAlarms()...)
 	alarms := make([]interfacesawscloudwatch.IAlarmRef, 0, len(specs))
 	for _, a := range specs {
 		op := awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD
@@ -218,7 +219,7 @@ func (b *builder) monitoring() {
 			Statistic: jsii.String("Sum"), Period: fiveMinutes(), Label: jsii.String(name),
 		}))
 	}
-	awscloudwatch.NewDashboard(b.stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
+	dashboard := awscloudwatch.NewDashboard(b.stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
 		DashboardName: jsii.String(b.dashboard),
 		Widgets: &[]*[]awscloudwatch.IWidget{
 			{awscloudwatch.NewAlarmStatusWidget(&awscloudwatch.AlarmStatusWidgetProps{
@@ -257,4 +258,5 @@ func (b *builder) monitoring() {
 			},
 		},
 	})
+	b.outboxDashboardRow(dashboard, graph)
 }

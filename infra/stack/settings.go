@@ -119,6 +119,11 @@ type Settings struct {
 	// here, for a gain of at most WorkerPollInterval (250 ms) in latency
 	// that the polling already keeps under the 1 s p50 goal.
 	WorkerListen bool
+	// OutboxRelay creates the outbox relay's event bus, archive, EventBridge
+	// VPC endpoint, permission, alarms and dashboard row, and sets the
+	// worker's OUTBOX_BUS (outboxRelay; default true). false removes all of
+	// it: outbox rows then stay in the table for a consumer of it.
+	OutboxRelay bool
 	// LatencyP99Alarm raises an alarm when the p99 of ReceiptToEffectSeconds
 	// exceeds it for 3 consecutive 5-minute periods (latencyP99Alarm;
 	// default 0 = no alarm). Off by default: the metric includes retries
@@ -226,6 +231,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	s.WorkerTimeout = r.duration("workerTimeout", 100*time.Second, 10*time.Second, 15*time.Minute)
 	s.WorkerReservedConcurrency = r.integer("workerReservedConcurrency", 3, 1, 100)
 	s.WorkerListen = r.boolean("workerListen", false)
+	s.OutboxRelay = r.boolean("outboxRelay", true)
 	s.LatencyP99Alarm = r.fineDuration("latencyP99Alarm", 0, 100*time.Millisecond, time.Hour, true)
 	r.workerTiming(s)
 	s.StripeAPIVersion = r.str("stripeApiVersion", stripeevent.DefaultAPIVersion)

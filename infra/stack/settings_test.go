@@ -28,6 +28,7 @@ func TestSettingsDefaults(t *testing.T) {
 		WorkerSchedule:             "rate(1 minute)",
 		PurgeSchedule:              "cron(15 3 * * ? *)",
 		Endpoints:                  []string{"billing"},
+		OutboxRelay:                true,
 		BacklogAgeAlarm:            10 * time.Minute,
 		WebhookReservedConcurrency: 20,
 		DBConnectionsAlarm:         80,

@@ -94,6 +94,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.database()
 	b.lambdas()
 	b.opsFunction()
+	b.outboxRelay()
 	b.migrateOnDeploy()
 	b.schedules()
 	b.monitoring()
@@ -125,6 +126,10 @@ type builder struct {
 	trigger     triggers.Trigger
 	dashboard   string
 	topicArn    *string
+
+	// bus is the outbox relay's event bus; nil with outboxRelay=false
+	// (relay.go).
+	bus awsevents.EventBus
 
 	// legacySecret is LegacyAppUser's secret; nil once it is retired.
 	legacySecret awsrds.DatabaseSecret
@@ -584,6 +589,7 @@ func (b *builder) outputs() {
 	})
 	awscdk.NewCfnOutput(b.stack, jsii.String("ProxyEndpoint"), &awscdk.CfnOutputProps{Value: b.proxy.Endpoint()})
 	b.opsOutputs()
+	b.outboxOutputs()
 }
 
 var retentions = map[int]awslogs.RetentionDays{

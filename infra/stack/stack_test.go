@@ -598,7 +598,7 @@ func TestNATIsOffByDefault(t *testing.T) {
 	t.Parallel()
 	require.Empty(t, dev.resources("AWS::EC2::NatGateway"))
 	require.Empty(t, dev.resources("AWS::EC2::InternetGateway"))
-	require.Len(t, dev.resources("AWS::EC2::VPCEndpoint"), 1)
+	require.Len(t, dev.resources("AWS::EC2::VPCEndpoint"), 2, "Secrets Manager, and EventBridge for the outbox relay")
 
 	require.Len(t, natDev.resources("AWS::EC2::NatGateway"), 1)
 	subnets := natDev.resources("AWS::EC2::Subnet")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/retention"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/webhook"
@@ -132,4 +134,24 @@ func NewPurger(ctx context.Context, c config.Purge, logger *slog.Logger, out io.
 		return nil, nil, err
 	}
 	return p, pool, nil
+}
+
+// AttachRelay attaches the outbox relay to w when c turns it on (OUTBOX_BUS
+// set): an EventBridge client from the SDK's usual configuration (region
+// and credentials from the environment; AWS_ENDPOINT_URL_EVENTBRIDGE points
+// it at a stand-in), on w's pool, writing its metrics with the worker's.
+func AttachRelay(ctx context.Context, w *worker.Worker, pool *pgxpool.Pool, wc config.Worker, c config.Outbox, logger *slog.Logger, out io.Writer) error {
+	if !c.Enabled {
+		return nil
+	}
+	cfg, err := awsConfig(ctx)
+	if err != nil {
+		return err
+	}
+	r, err := outbox.New(pool, eventbridge.NewFromConfig(cfg), c.Relay, logger, Metrics(out, wc.Common))
+	if err != nil {
+		return err
+	}
+	w.SetRelay(r, r.Config().Every)
+	return nil
 }

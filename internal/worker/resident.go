@@ -60,6 +60,7 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 	defer timer.Stop()
 	for {
 		w.round(ctx, stopAt, false, acc)
+		w.kickRelay()
 		if time.Since(lastFlush) >= latencyFlushEvery {
 			w.flushLatency(ctx)
 			lastFlush = time.Now()

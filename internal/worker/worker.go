@@ -48,6 +48,11 @@ type Worker struct {
 	Jitter func() float64
 
 	latency *latencyRecorder
+
+	// The outbox relay, when attached (SetRelay; see relay.go).
+	relay      Relay
+	relayEvery time.Duration
+	relayKick  chan struct{}
 }
 
 // New returns a Worker, as River's NewClient does: it fills cfg's zero
@@ -109,6 +114,9 @@ type Summary struct {
 	// UnexpectedAPIVersion counts the receipts claimed for the first time
 	// whose API version is not Config.APIVersion (drift.go).
 	UnexpectedAPIVersion int `json:"unexpected_api_version"`
+	// OutboxPublished counts the outbox rows the relay published during
+	// the run (when one is attached; see SetRelay).
+	OutboxPublished int `json:"outbox_published,omitempty"`
 }
 
 func (s *Summary) add(o Outcome, anomaly bool) {
@@ -149,10 +157,13 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 
 	acc := &runAcc{}
 	if w.cfg.PollInterval > 0 {
+		stopRelay := w.startRelay(ctx, stopAt, acc)
 		w.resident(ctx, stopAt, acc)
+		stopRelay()
 	} else {
 		w.round(ctx, stopAt, true, acc)
 	}
+	w.finalRelay(ctx, acc)
 	total, errs, used := acc.total, acc.errs, acc.used
 	if acc.failed > 0 {
 		errs = append(errs, fmt.Errorf("and %d more errors", acc.failed))

@@ -74,6 +74,7 @@ type options struct {
 	faults      int
 	faultsFile  string
 	state       string
+	eventbridge string
 }
 
 // state is what -phase send hands to -phase check.
@@ -119,6 +120,7 @@ func main() {
 	flag.IntVar(&o.faults, "faults", 0, "faults the caller injected (reported only)")
 	flag.StringVar(&o.faultsFile, "faults-file", "", "read the fault count from this file when reporting (for a caller that injects faults while stripesim runs)")
 	flag.StringVar(&o.state, "state", "", "state file between -phase send and -phase check")
+	flag.StringVar(&o.eventbridge, "eventbridge", "", "URL of the EventBridge stand-in the workers' outbox relay publishes to (scripts/ebstandin); set: check that every outbox row of the run is published")
 	flag.Parse()
 	o.live = *mode == "live"
 	if *mode != "live" && *mode != "test" {
@@ -267,6 +269,13 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 	for _, line := range r.tables() {
 		fmt.Fprintln(os.Stderr, "stripesim: check", line)
 	}
+	var rel relayed
+	if o.eventbridge != "" {
+		rel, err = checkRelayed(ctx, o.db, o.eventbridge, "in_"+run+"_", o.drainFor)
+		if err != nil {
+			return 2, err
+		}
+	}
 	if o.faultsFile != "" {
 		if b, err := os.ReadFile(o.faultsFile); err == nil {
 			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
@@ -274,11 +283,18 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 			}
 		}
 	}
-	fmt.Printf("scenario=%s sent=%d ok2xx=%d retries=%d faults=%d lost=%d doubled=%d unprocessed=%d needs_review=%d receipt_lost=%d wrong=%d anomalies=%d undelivered=%d ambiguous=%d reattempted=%d events=%d receipts=%d other_mode=%d non2xx=%s seed=%d %s\n",
+	line := fmt.Sprintf("scenario=%s sent=%d ok2xx=%d retries=%d faults=%d lost=%d doubled=%d unprocessed=%d needs_review=%d receipt_lost=%d wrong=%d anomalies=%d undelivered=%d ambiguous=%d reattempted=%d events=%d receipts=%d other_mode=%d non2xx=%s seed=%d %s",
 		o.scenario, st.Sent, st.OK2xx, st.Retries, o.faults, r.lost(), r.doubled(), r.Receipts.Unprocessed, r.Receipts.NeedsReview,
 		r.Receipts.Lost, r.wrong(), r.Anomalies, st.Undelivered, st.Ambiguous, r.Receipts.Reattempted, len(evs), r.Receipts.Rows,
 		len(exp.OtherMode), st.Statuses, o.seed, r.perTable())
-	if r.failed() || st.Undelivered > 0 {
+	if o.eventbridge != "" {
+		// The outbox relay's end state, at the end of the figures line.
+		// (relay_*: outbox_lost and outbox_doubled are the outbox table's
+		// own check above.)
+		line += fmt.Sprintf(" relay_rows=%d relay_unpublished=%d relay_lost=%d relay_duplicates=%d", rel.Rows, rel.Unpublished, rel.Lost, rel.Duplicates)
+	}
+	fmt.Println(line)
+	if r.failed() || st.Undelivered > 0 || rel.Unpublished+rel.Lost > 0 {
 		return 1, errors.New("check failed: see the figures line")
 	}
 	return 0, nil

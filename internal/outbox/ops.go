@@ -1,0 +1,136 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stripe-inbox/inbox/internal/metrics"
+)
+
+// Backlog is the outbox's unpublished rows.
+type Backlog struct {
+	// Count is the rows still being tried (fewer than MaxAttempts).
+	Count int `json:"outbox_backlog"`
+	// OldestAgeSeconds is the age of the oldest of them (0 when none).
+	OldestAgeSeconds float64 `json:"outbox_oldest_age_seconds"`
+	// NeedsReview is the rows that used up their attempts and wait for a
+	// human (ListWaiting, Retry).
+	NeedsReview int `json:"outbox_needs_review"`
+}
+
+// ReadBacklog reads the backlog; now nil means the database's now().
+func ReadBacklog(ctx context.Context, db DB, maxAttempts int, now *time.Time) (Backlog, error) {
+	var b Backlog
+	if err := db.QueryRow(ctx, backlog, maxAttempts, now).Scan(&b.Count, &b.OldestAgeSeconds, &b.NeedsReview); err != nil {
+		return Backlog{}, fmt.Errorf("reading the outbox backlog: %w", err)
+	}
+	return b, nil
+}
+
+// Waiting is a row that waits for a human.
+type Waiting struct {
+	ID            int64     `json:"outbox_id"`
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	EventType     string    `json:"event_type"`
+	Attempts      int       `json:"attempts"`
+	LastError     string    `json:"last_error"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// ListWaiting returns up to limit rows that used up maxAttempts, oldest
+// first.
+func ListWaiting(ctx context.Context, db DB, maxAttempts, limit int) ([]Waiting, error) {
+	rows, err := db.Query(ctx, listWaiting, maxAttempts, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing outbox rows waiting for review: %w", err)
+	}
+	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Waiting, error) {
+		var w Waiting
+		err := r.Scan(&w.ID, &w.AggregateType, &w.AggregateID, &w.EventType, &w.Attempts, &w.LastError, &w.CreatedAt)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing outbox rows waiting for review: %w", err)
+	}
+	return ws, nil
+}
+
+// Retry gives rows waiting for a human (the ids given, or all of them when
+// ids is nil) a fresh count of attempts, due at once, and returns how many
+// it reset. Run it after fixing the cause (last_error).
+func Retry(ctx context.Context, db DB, maxAttempts int, ids []int64) (int, error) {
+	tag, err := db.Exec(ctx, retryWaiting, maxAttempts, ids)
+	if err != nil {
+		return 0, fmt.Errorf("retrying outbox rows: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ParkExhausted parks rows that used up their attempts without a recorded
+// failure (see parkExhausted) and returns how many.
+func ParkExhausted(ctx context.Context, db DB, maxAttempts int, now *time.Time) (int, error) {
+	tag, err := db.Exec(ctx, parkExhausted, maxAttempts, now)
+	if err != nil {
+		return 0, fmt.Errorf("parking outbox rows: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Relay runs the relay for the worker (worker.Relay): Run, and with final
+// (the end of an invocation) also park exhausted rows, read the backlog and
+// write the metrics of everything since the last final call. It returns
+// the rows published.
+func (r *Relay) Relay(ctx context.Context, final bool) (int, error) {
+	s, err := r.Run(ctx)
+	r.mu.Lock()
+	r.totals.add(s)
+	r.mu.Unlock()
+	if s.Published+s.Failed+s.Throttled+s.Fenced+s.CallFails > 0 {
+		r.logger.InfoContext(ctx, "outbox relay", "summary", s)
+	}
+	if final {
+		if rerr := r.report(ctx); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return s.Published, err
+}
+
+// report parks exhausted rows, reads the backlog and writes the metrics.
+func (r *Relay) report(ctx context.Context) error {
+	r.mu.Lock()
+	t := r.totals
+	r.totals = Summary{}
+	r.mu.Unlock()
+	dctx, cancel := r.dbCtx(ctx)
+	defer cancel()
+	if n, err := ParkExhausted(dctx, r.pool, r.cfg.MaxAttempts, r.Now()); err != nil {
+		r.logger.ErrorContext(ctx, "outbox: parking rows", "error", err)
+	} else if n > 0 {
+		r.logger.ErrorContext(ctx, "outbox: rows used up their attempts and wait for review", "count", n)
+	}
+	ms := []metrics.Metric{
+		{Name: "OutboxPublished", Value: float64(t.Published), Unit: metrics.Count},
+		{Name: "OutboxFailed", Value: float64(t.Failed), Unit: metrics.Count},
+		{Name: "OutboxThrottled", Value: float64(t.Throttled), Unit: metrics.Count},
+		{Name: "OutboxCallFailed", Value: float64(t.CallFails), Unit: metrics.Count},
+		{Name: "OutboxFenced", Value: float64(t.Fenced), Unit: metrics.Count},
+	}
+	b, err := ReadBacklog(dctx, r.pool, r.cfg.MaxAttempts, r.Now())
+	if err == nil {
+		// Gauges only when read: a missing gauge alarms (missing data is
+		// breaching), a made-up zero would not.
+		ms = append(ms,
+			metrics.Metric{Name: "OutboxBacklogCount", Value: float64(b.Count), Unit: metrics.Count},
+			metrics.Metric{Name: "OutboxOldestAgeSeconds", Value: b.OldestAgeSeconds, Unit: metrics.Seconds},
+			metrics.Metric{Name: "OutboxNeedsReviewCount", Value: float64(b.NeedsReview), Unit: metrics.Count})
+	}
+	if merr := r.metrics.Emit(nil, ms...); merr != nil {
+		r.logger.ErrorContext(ctx, "writing metrics", "error", merr)
+	}
+	return err
+}
