@@ -86,6 +86,7 @@ var ErrBadStoreRequest = errors.New("bad store request")
 type StoreHandler struct {
 	Sink      Sink
 	Endpoints []string
+	Now       func() time.Time // nil: time.Now
 }
 
 // Handle serves one request.
@@ -114,7 +115,11 @@ func (h StoreHandler) Handle(ctx context.Context, req StoreRequest) (StoreRespon
 		}
 		return StoreResponse{Counts: &c}, nil
 	case OpAdvance:
-		if req.To.IsZero() || req.To.After(time.Now().Add(time.Minute)) {
+		now := time.Now
+		if h.Now != nil {
+			now = h.Now
+		}
+		if req.To.IsZero() || req.To.After(now().Add(time.Minute)) {
 			return StoreResponse{}, fmt.Errorf("%w: advance to %v: must be a time not in the future", ErrBadStoreRequest, req.To)
 		}
 		if err := h.Sink.Advance(ctx, req.Endpoint, req.To); err != nil {
