@@ -80,12 +80,14 @@ type Common struct {
 	MetricsDimensions map[string]string
 }
 
-func (p *problems) common(env Env, app string, defaultConns int) Common {
-	c := Common{MetricsNamespace: strings.TrimSpace(env("METRICS_NAMESPACE"))}
-	if c.MetricsNamespace == "" {
-		c.MetricsNamespace = "StripeInbox"
+// metricsSettings reads METRICS_NAMESPACE and METRICS_DIMENSIONS (also for
+// functions without a database).
+func (p *problems) metricsSettings(env Env, app string) (string, map[string]string) {
+	ns := strings.TrimSpace(env("METRICS_NAMESPACE"))
+	if ns == "" {
+		ns = "StripeInbox"
 	}
-	c.MetricsDimensions = map[string]string{"Service": app}
+	dims := map[string]string{"Service": app}
 	if raw := strings.TrimSpace(env("METRICS_DIMENSIONS")); raw != "" {
 		for _, pair := range strings.Split(raw, ",") {
 			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
@@ -93,9 +95,15 @@ func (p *problems) common(env Env, app string, defaultConns int) Common {
 				p.addf("METRICS_DIMENSIONS=%q: must be Name=value pairs separated by commas, e.g. Stage=prod", raw)
 				break
 			}
-			c.MetricsDimensions[k] = v
+			dims[k] = v
 		}
 	}
+	return ns, dims
+}
+
+func (p *problems) common(env Env, app string, defaultConns int) Common {
+	c := Common{}
+	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, app)
 	db := database.Config{
 		URL:       strings.TrimSpace(env("DATABASE_URL")),
 		ProxyHost: strings.TrimSpace(env("DB_PROXY_HOST")),

@@ -159,18 +159,19 @@ type Sink interface {
 
 // Summary is what a run did.
 type Summary struct {
-	Since, Until time.Time // the window listed
-	Pages        int
-	Events       int
+	Since  time.Time `json:"since"` // the window listed: [Since, Until)
+	Until  time.Time `json:"until"`
+	Pages  int       `json:"pages"`
+	Events int       `json:"events"`
 	Counts
 	// HighWater is the mark after the run (zero for a backfill).
-	HighWater time.Time
+	HighWater time.Time `json:"high_water,omitzero"`
 	// Complete is false when the run stopped before the window's end (the
 	// deadline margin); the next run continues from the mark.
-	Complete bool
+	Complete bool `json:"complete"`
 	// Clamped is true when the window was cut at the 30-day horizon:
 	// events older than that can no longer be listed.
-	Clamped bool
+	Clamped bool `json:"clamped,omitempty"`
 }
 
 // Progress is reported after each page.
@@ -230,6 +231,11 @@ func (r *Reconciler) Run(ctx context.Context) (Summary, error) {
 func (r *Reconciler) Backfill(ctx context.Context, since, until time.Time, types []string) (Summary, error) {
 	if len(types) == 0 {
 		types = r.cfg.Types
+	}
+	for _, t := range types {
+		if !slices.Contains(r.cfg.Types, t) {
+			return Summary{}, fmt.Errorf("backfill: type %q has no handler; the types are %v", t, r.cfg.Types)
+		}
 	}
 	if !since.Before(until) {
 		return Summary{}, fmt.Errorf("backfill: since %s is not before until %s", since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
@@ -370,4 +376,24 @@ func (r *Reconciler) emit(s Summary, err error) {
 		r.logger.Warn("events found missing: stored by the reconciler, never delivered by the webhook",
 			"endpoint", r.cfg.Endpoint, "count", s.Stored, "by_type", s.MissingByType)
 	}
+}
+
+// Invocation is the reconciler function's input: an EventBridge scheduled
+// event (none of these fields: a continuous run), or a backfill window from
+// cmd/reconcile --stage.
+type Invocation struct {
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+	Types []string   `json:"types,omitempty"`
+}
+
+// Invoke runs what in asks for: Backfill when it has a window, else Run.
+func (r *Reconciler) Invoke(ctx context.Context, in Invocation) (Summary, error) {
+	switch {
+	case in.Since == nil && in.Until == nil && len(in.Types) == 0:
+		return r.Run(ctx)
+	case in.Since == nil || in.Until == nil:
+		return Summary{}, errors.New("a backfill needs both since and until")
+	}
+	return r.Backfill(ctx, *in.Since, *in.Until, in.Types)
 }
