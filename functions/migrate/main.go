@@ -49,7 +49,7 @@ func main() {
 			fetch := secrets.SecretsManager(secretsmanager.NewFromConfig(aws))
 			d.Passwords = func(ctx context.Context) (approle.Passwords, error) {
 				pw := cfg.Passwords
-				for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "legacy": cfg.Roles.Legacy} {
+				for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "legacy": cfg.Roles.Legacy, "reconcile": cfg.Roles.Reconcile} {
 					arn, ok := cfg.SecretARNs[fn]
 					if !ok || user == "" {
 						continue
@@ -69,6 +69,8 @@ func main() {
 						pw.Worker = p
 					case "legacy":
 						pw.Legacy = p
+					case "reconcile":
+						pw.Reconcile = p
 					default:
 						pw.Purge = p
 					}

@@ -11,6 +11,10 @@
 //     webhook_inbox a receipt is stored with, and SELECT of the receipt key
 //     (provider, endpoint, event_id). Nothing else: it cannot read payloads,
 //     update or delete receipts, or touch any other table.
+//   - the reconciler's store function's user (inbox_reconcile; optional,
+//     Roles.Reconcile): what the webhook's may do on webhook_inbox (store a
+//     receipt, read back its key), and SELECT, INSERT and UPDATE on
+//     reconcile_high_water (the reconciler's mark). Nothing else.
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
 //     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
 //     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may
@@ -121,6 +125,10 @@ type Roles struct {
 	Webhook string
 	Worker  string
 	Purge   string
+	// Reconcile is the reconciler's store function's login role; "" when
+	// the deployment has none (it is optional so that a deploy step
+	// configured before it existed keeps working).
+	Reconcile string
 	// Legacy is the login role the functions of the earlier release shared
 	// (inbox_app), kept working as that release left it while the new
 	// functions replace the old ones and a rollback may bring the old ones
@@ -137,7 +145,11 @@ type Roles struct {
 
 // logins returns the login roles with the function each serves.
 func (r Roles) logins() [][2]string {
-	return [][2]string{{"webhook", r.Webhook}, {"worker", r.Worker}, {"purge", r.Purge}}
+	out := [][2]string{{"webhook", r.Webhook}, {"worker", r.Worker}, {"purge", r.Purge}}
+	if r.Reconcile != "" {
+		out = append(out, [2]string{"reconcile", r.Reconcile})
+	}
+	return out
 }
 
 // Validate checks the names: well-formed, distinct, and none of them master,
@@ -181,6 +193,7 @@ func (r Roles) Validate(master string) error {
 // needed only when Roles.Legacy is set.
 type Passwords struct {
 	Webhook, Worker, Purge string
+	Reconcile              string // needed only when Roles.Reconcile is set
 	Legacy                 string
 }
 
@@ -190,6 +203,8 @@ func (p Passwords) of(function string) string {
 		return p.Webhook
 	case "worker":
 		return p.Worker
+	case "reconcile":
+		return p.Reconcile
 	default:
 		return p.Purge
 	}
@@ -651,6 +666,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 	if roles.Legacy != "" {
 		all = append(all, roles.Legacy)
 	}
+	if roles.Reconcile != "" {
+		all = append(all, roles.Reconcile)
+	}
 	for _, name := range all {
 		r := q(name)
 		out = append(out,
@@ -686,6 +704,16 @@ func grants(roles Roles, webhookInsert []string) []string {
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+worker,
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+worker,
 	)
+	if roles.Reconcile != "" {
+		// The reconciler's store function (internal/reconcile.DBSink):
+		// the webhook's INSERT with source 'reconcile', and its mark.
+		reconcile := q(roles.Reconcile)
+		out = append(out,
+			"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+reconcile,
+			"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+reconcile,
+			"GRANT SELECT, INSERT, UPDATE ON public.reconcile_high_water TO "+reconcile,
+		)
+	}
 	if roles.Legacy != "" {
 		// The earlier release's shared role, while it is kept: what that
 		// release's deploy step granted it (the functions it ran did all

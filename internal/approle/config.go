@@ -67,6 +67,8 @@ func LoadConfig(env func(string) string) (Config, error) {
 			Worker:  get("WORKER_DB_USER"),
 			Purge:   get("PURGE_DB_USER"),
 			Legacy:  get("LEGACY_DB_USER"),
+			// Optional: the reconciler's store function's role.
+			Reconcile: get("RECONCILE_DB_USER"),
 		},
 		SecretARNs:  map[string]string{},
 		ConnectWait: 4 * time.Minute,
@@ -106,8 +108,17 @@ func LoadConfig(env func(string) string) (Config, error) {
 		}
 	}
 	withSecret := Functions
+	if c.Roles.Reconcile != "" {
+		withSecret = append(slices.Clip(withSecret), "reconcile")
+	} else {
+		for _, k := range []string{"RECONCILE_DB_SECRET_ARN", "RECONCILE_DB_PASSWORD"} {
+			if get(k) != "" {
+				addf("%s is set but RECONCILE_DB_USER is not: name the role the secret is for (inbox_reconcile), or unset it", k)
+			}
+		}
+	}
 	if c.Roles.Legacy != "" {
-		withSecret = append(slices.Clip(Functions), "legacy")
+		withSecret = append(slices.Clip(withSecret), "legacy")
 		if slices.Contains(c.Roles.Retired, c.Roles.Legacy) {
 			addf("LEGACY_DB_USER=%s is also in RETIRED_DB_USERS: keep it (LEGACY_DB_USER, while a rollback to the release that used it may happen) or retire it (RETIRED_DB_USERS), not both", c.Roles.Legacy)
 		}
@@ -140,6 +151,8 @@ func LoadConfig(env func(string) string) (Config, error) {
 				c.Passwords.Worker = password
 			case "legacy":
 				c.Passwords.Legacy = password
+			case "reconcile":
+				c.Passwords.Reconcile = password
 			default:
 				c.Passwords.Purge = password
 			}
