@@ -27,7 +27,8 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 				m[k] = "billing=arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing-AbCdEf"
 			case "DB_PROXY_HOST":
 				m[k] = "inbox.proxy-abc.eu-west-1.rds.amazonaws.com"
-			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN", "LEGACY_DB_SECRET_ARN":
+			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN", "LEGACY_DB_SECRET_ARN",
+				"RECONCILE_DB_SECRET_ARN", "STRIPE_API_KEY_SECRET_ARN":
 				m[k] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:" + strings.ToLower(k) + "-AbCdEf"
 			default:
 				m[k] = fmt.Sprintf("token-for-%s", k)
@@ -53,5 +54,9 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 		require.NoError(t, err, "purge")
 		_, err = approle.LoadConfig(resolvedEnv(t, fns["migrate"]))
 		require.NoError(t, err, "migrate")
+		_, err = config.LoadReconcile(resolvedEnv(t, fns["reconcile"]))
+		require.NoError(t, err, "reconcile")
+		_, err = config.LoadReconcileStore(resolvedEnv(t, fns["reconcilestore"]))
+		require.NoError(t, err, "reconcilestore")
 	}
 }

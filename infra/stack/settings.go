@@ -126,6 +126,14 @@ type Settings struct {
 	// threshold would page for one retry. Set it (e.g. 10s) on a stage with
 	// steady traffic; BacklogAge covers a stopped worker either way.
 	LatencyP99Alarm time.Duration
+	// Reconcile enables the reconciler's schedule (reconcile; default
+	// true); ReconcileSchedule is its expression (reconcileSchedule;
+	// default rate(15 minutes)); ReconcileEndpoint is the endpoint whose
+	// events it stores (reconcileEndpoint; default the first endpoint).
+	// See reconcile.go.
+	Reconcile         bool
+	ReconcileSchedule string
+	ReconcileEndpoint string
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
@@ -139,7 +147,7 @@ func (s Settings) StackName() string { return "StripeInbox-" + s.Stage }
 
 // Functions are the Lambda functions the stack deploys; each needs
 // AssetsDir/<name>/bootstrap.
-var Functions = []string{"webhook", "worker", "purge", "migrate"}
+var Functions = []string{"webhook", "worker", "purge", "migrate", "reconcile", "reconcilestore"}
 
 // StripeModes are the values of the stripeMode setting (and of the worker's
 // STRIPE_MODE).
@@ -220,6 +228,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	s.WorkerListen = r.boolean("workerListen", false)
 	s.LatencyP99Alarm = r.fineDuration("latencyP99Alarm", 0, 100*time.Millisecond, time.Hour, true)
 	r.workerTiming(s)
+	r.reconcileSettings(&s)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))

@@ -57,7 +57,7 @@ const (
 
 // functionUsers maps each function that serves traffic or schedules to its
 // database user.
-var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser}
+var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "reconcile": ReconcileUser}
 
 // SigningSecretPlaceholder is the initial text of each endpoint's signing
 // secret. It is deliberately not a whsec_ value, so the webhook refuses to
@@ -93,6 +93,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.network()
 	b.database()
 	b.lambdas()
+	b.reconcile()
 	b.migrateOnDeploy()
 	b.schedules()
 	b.monitoring()
@@ -119,6 +120,7 @@ type builder struct {
 	proxySG     awsec2.SecurityGroup
 	userSecrets map[string]awsrds.DatabaseSecret // by function
 	signing     map[string]awssecretsmanager.Secret
+	apiKey      awssecretsmanager.Secret // the reconciler's Stripe key
 	functions   map[string]awslambda.Function
 	functionURL awslambda.FunctionUrl
 	trigger     triggers.Trigger
@@ -238,7 +240,7 @@ func (b *builder) database() {
 	// The migrate function sets each role's password from its secret.
 	b.userSecrets = map[string]awsrds.DatabaseSecret{}
 	proxySecrets := []awssecretsmanager.ISecret{b.db.Secret()}
-	for _, fn := range []string{"webhook", "worker", "purge"} {
+	for _, fn := range []string{"webhook", "worker", "purge", "reconcile"} {
 		b.userSecrets[fn] = awsrds.NewDatabaseSecret(b.stack, jsii.String(OutputID(fn)+"UserSecret"), &awsrds.DatabaseSecretProps{
 			Username: jsii.String(functionUsers[fn]),
 		})
@@ -398,6 +400,9 @@ func (b *builder) lambdas() {
 				"WEBHOOK_DB_SECRET_ARN": *b.userSecrets["webhook"].SecretArn(),
 				"WORKER_DB_SECRET_ARN":  *b.userSecrets["worker"].SecretArn(),
 				"PURGE_DB_SECRET_ARN":   *b.userSecrets["purge"].SecretArn(),
+				// The reconciler's store function (reconcile.go).
+				"RECONCILE_DB_USER":       ReconcileUser,
+				"RECONCILE_DB_SECRET_ARN": *b.userSecrets["reconcile"].SecretArn(),
 			},
 		},
 	}
@@ -521,7 +526,7 @@ func (b *builder) migrateOnDeploy() {
 		ExecuteOnHandlerChange: jsii.Bool(true),
 		ExecuteAfter:           &[]constructs.Construct{b.db, b.proxy, b.proxySG, b.endpoint, b.endpointSG},
 		ExecuteBefore: &[]constructs.Construct{
-			b.functions["webhook"], b.functions["worker"], b.functions["purge"],
+			b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["reconcilestore"],
 		},
 	})
 }
