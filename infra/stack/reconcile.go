@@ -80,6 +80,9 @@ func (b *builder) reconcile() {
 		RemovalPolicy: b.removal(),
 	})
 	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
+		// A fixed name: cmd/reconcile --stage NAME invokes
+		// StripeInbox-NAME-reconcile.
+		FunctionName: jsii.String(b.s.StackName() + "-reconcile"),
 		Description:  jsii.String("Lists Stripe's Events API and hands missing events to the store function (outside the VPC)"),
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: awslambda.Architecture_ARM_64(),

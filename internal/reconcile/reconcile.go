@@ -138,6 +138,9 @@ type Counts struct {
 	MissingByType map[string]int `json:"missing_by_type,omitempty"`
 }
 
+// Add adds o's counts to c.
+func (c *Counts) Add(o Counts) { c.add(o) }
+
 func (c *Counts) add(o Counts) {
 	c.Stored += o.Stored
 	c.AlreadyPresent += o.AlreadyPresent

@@ -93,3 +93,28 @@ func (r RemoteSink) Advance(ctx context.Context, endpoint string, to time.Time) 
 	_, err := r.call(ctx, StoreRequest{Op: OpAdvance, Endpoint: endpoint, To: to})
 	return err
 }
+
+// InvokeBackfill invokes the deployed reconciler function with a backfill
+// window and returns its summary (cmd/reconcile --stage).
+func InvokeBackfill(ctx context.Context, client Invoker, function string, in Invocation) (Summary, error) {
+	payload, err := json.Marshal(in)
+	if err != nil {
+		return Summary{}, err
+	}
+	out, err := client.Invoke(ctx, &lambda.InvokeInput{
+		FunctionName:   aws.String(function),
+		InvocationType: types.InvocationTypeRequestResponse,
+		Payload:        payload,
+	})
+	if err != nil {
+		return Summary{}, fmt.Errorf("invoking %s: %w", function, err)
+	}
+	var s Summary
+	if out.FunctionError != nil {
+		return s, fmt.Errorf("%s failed (%s): %s", function, aws.ToString(out.FunctionError), out.Payload)
+	}
+	if err := json.Unmarshal(out.Payload, &s); err != nil {
+		return s, fmt.Errorf("the answer of %s: %w: %.200s", function, err, out.Payload)
+	}
+	return s, nil
+}
