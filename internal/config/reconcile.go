@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,4 +189,42 @@ func (p *problems) days(env Env, name string, def, min, max time.Duration) time.
 		return v
 	}
 	return p.duration(env, name, def, min, max)
+}
+
+// LocalReconcile is the local runner's reconciler component. It runs when
+// STRIPE_API_KEY is set (and, when LOCAL_COMPONENTS is set, only if it lists
+// it).
+const LocalReconcile = "reconcile"
+
+// loadLocalReconcile reads the local contract of the reconciler:
+// STRIPE_API_KEY (it runs only when set), RECONCILE_INTERVAL (default 15m,
+// 1s to 24h), STRIPE_API_BASE, RECONCILE_LOOKBACK (3d, at most 30d),
+// RECONCILE_SETTLE (at most 5m) and the other LoadReconcile variables; the
+// events are stored for WEBHOOK_ENDPOINT through DATABASE_URL.
+func (p *problems) loadLocalReconcile(env Env, l *Local) {
+	listed := slices.Contains(l.Components, LocalReconcile)
+	keySet := strings.TrimSpace(env("STRIPE_API_KEY")) != ""
+	explicit := strings.TrimSpace(env("LOCAL_COMPONENTS")) != ""
+	switch {
+	case listed && !keySet:
+		p.addf("LOCAL_COMPONENTS lists reconcile but STRIPE_API_KEY is not set: the reconciler needs a Stripe API key (rk_test_...)")
+		return
+	case !keySet || (explicit && !listed):
+		l.Components = slices.DeleteFunc(l.Components, func(c string) bool { return c == LocalReconcile })
+		return
+	}
+	if !listed {
+		l.Components = append(l.Components, LocalReconcile)
+	}
+	l.ReconcileInterval = p.duration(env, "RECONCILE_INTERVAL", 15*time.Minute, time.Second, 24*time.Hour)
+	renv := func(k string) string {
+		if k == "STRIPE_API_KEY_SECRET_ARN" || k == "STORE_FUNCTION" {
+			return "" // locally the key is literal and the database is direct
+		}
+		return env(k)
+	}
+	var err error
+	if l.Reconcile, err = LoadReconcile(renv); err != nil {
+		p.addf("%v", err)
+	}
 }

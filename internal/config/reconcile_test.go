@@ -49,3 +49,41 @@ func TestLoadReconcileStore(t *testing.T) {
 	_, err = LoadReconcileStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "RECONCILE_ENDPOINTS": "Bad Name"}))
 	require.ErrorContains(t, err, "is not an endpoint name")
 }
+
+// The local contract: the reconciler runs when STRIPE_API_KEY is set, every
+// RECONCILE_INTERVAL (15m), for WEBHOOK_ENDPOINT, through DATABASE_URL.
+func TestLocalReconcileContract(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "STRIPE_WEBHOOK_SECRET": "whsec_x", "WEBHOOK_ENDPOINT": "shop"}
+	env := func(extra map[string]string) Env {
+		return func(k string) string {
+			if v, ok := extra[k]; ok {
+				return v
+			}
+			return base[k]
+		}
+	}
+	l, err := LoadLocal(env(nil))
+	require.NoError(t, err)
+	require.False(t, l.Runs(LocalReconcile), "no key, no reconciler")
+
+	l, err = LoadLocal(env(map[string]string{"STRIPE_API_KEY": "rk_test_x", "STRIPE_API_BASE": "http://127.0.0.1:12111"}))
+	require.NoError(t, err)
+	require.True(t, l.Runs(LocalReconcile))
+	require.Equal(t, 15*time.Minute, l.ReconcileInterval)
+	require.Equal(t, "shop", l.Reconcile.Reconcile.Endpoint)
+	require.Equal(t, 72*time.Hour, l.Reconcile.Reconcile.Lookback)
+	require.Equal(t, "http://127.0.0.1:12111", l.Reconcile.Client.BaseURL)
+	require.Equal(t, "postgres://x@127.0.0.1/db", l.Reconcile.Database.URL)
+
+	l, err = LoadLocal(env(map[string]string{"STRIPE_API_KEY": "rk_test_x", "LOCAL_COMPONENTS": "webhook,worker"}))
+	require.NoError(t, err)
+	require.False(t, l.Runs(LocalReconcile), "LOCAL_COMPONENTS without reconcile")
+
+	_, err = LoadLocal(env(map[string]string{"LOCAL_COMPONENTS": "worker,reconcile"}))
+	require.ErrorContains(t, err, "LOCAL_COMPONENTS lists reconcile but STRIPE_API_KEY is not set")
+	_, err = LoadLocal(env(map[string]string{"STRIPE_API_KEY": "rk_test_x", "RECONCILE_LOOKBACK": "45d", "RECONCILE_SETTLE": "10m", "RECONCILE_INTERVAL": "forever"}))
+	require.ErrorContains(t, err, `RECONCILE_LOOKBACK="45d"`)
+	require.ErrorContains(t, err, `RECONCILE_SETTLE="10m"`)
+	require.ErrorContains(t, err, `RECONCILE_INTERVAL="forever"`)
+}
