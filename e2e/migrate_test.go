@@ -34,6 +34,8 @@ func TestMigrate(t *testing.T) {
 		"webhook": "inbox_webhook_e2e_" + suffix,
 		"worker":  "inbox_worker_e2e_" + suffix,
 		"purge":   "inbox_purge_e2e_" + suffix,
+		// The reconciler's store function's role, as the stack sets it.
+		"reconcile": "inbox_reconcile_e2e_" + suffix,
 	}
 	// Roles are the cluster's, not the database's: drop them when the test
 	// ends (before its database is dropped, so DROP OWNED can run there).
@@ -66,11 +68,11 @@ func TestMigrate(t *testing.T) {
 	}
 	legacy := "inbox_app_e2e_" + suffix
 	roles["legacy"] = legacy // dropped by the cleanup should it be created
-	for _, fn := range []string{"webhook", "worker", "purge", "legacy"} {
+	for _, fn := range []string{"webhook", "worker", "purge", "legacy", "reconcile"} {
 		arn := secretARNPrefix + fn + "-" + suffix
 		secret, _ := json.Marshal(map[string]string{"username": roles[fn], "password": "e2e-" + fn + "-" + randomHex(12)})
 		secrets[arn] = string(secret)
-		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE", "legacy": "LEGACY"}[fn]
+		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE", "legacy": "LEGACY", "reconcile": "RECONCILE"}[fn]
 		env[prefix+"_DB_USER"] = roles[fn]
 		env[prefix+"_DB_SECRET_ARN"] = arn
 	}
@@ -112,8 +114,8 @@ func TestMigrate(t *testing.T) {
 	}
 
 	s := deploy()
-	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 3 {
-		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and three users created", s, len(all), all[len(all)-1].Version, roles["owner"])
+	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 4 {
+		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and four users created", s, len(all), all[len(all)-1].Version, roles["owner"])
 	}
 	for _, u := range s.Roles.Users {
 		if !u.Created {

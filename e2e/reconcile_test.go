@@ -110,24 +110,41 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 		api.Add(stripetest.EventWith(fmt.Sprintf("evt_%03d", i), "invoice.paid", stripetest.Meta{Created: now.Add(-time.Duration(i+5) * time.Minute).Unix()},
 			stripetest.Invoice(fmt.Sprintf("in_%03d", i), "cus_1", "paid", 1000)))
 	}
+	// The key comes from Secrets Manager (the stand-in), as in AWS; the
+	// stack's placeholder is there first.
+	keyARN := secretARNPrefix + "stripe-api-key-" + randomHex(4)
+	sm := newSecretStore(t, map[string]string{keyARN: "PLACEHOLDER: store a Stripe restricted key"})
 	rec := emulate(t, "reconcile", map[string]string{
-		"STRIPE_API_KEY":          "rk_test_e2e",
-		"STRIPE_API_BASE":         api.URL,
-		"STORE_FUNCTION":          "function", // the emulator's function name in its invoke path
-		"AWS_ENDPOINT_URL_LAMBDA": "http://" + u.Host,
-		"AWS_ACCESS_KEY_ID":       "AKIDE2E",
-		"AWS_SECRET_ACCESS_KEY":   "e2e",
-		"AWS_REGION":              "us-east-1",
-		"RECONCILE_ENDPOINT":      "billing",
-		"STRIPE_MODE":             "test",
-		"RECONCILE_RATE":          "100",
-		"RECONCILE_SLICE":         "3d", // one slice: 2 pages of 100 and 50
-		"DEADLINE_MARGIN":         "3s",
-		"METRICS_NAMESPACE":       "StripeInboxE2E",
-		"METRICS_DIMENSIONS":      "Stage=e2e",
+		"STRIPE_API_KEY_SECRET_ARN":        keyARN,
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER": sm.URL,
+		"STRIPE_API_BASE":                  api.URL,
+		"STORE_FUNCTION":                   "function", // the emulator's function name in its invoke path
+		"AWS_ENDPOINT_URL_LAMBDA":          "http://" + u.Host,
+		"AWS_ACCESS_KEY_ID":                fakeAccessKey,
+		"AWS_SECRET_ACCESS_KEY":            "e2e-fake-secret-access-key",
+		"AWS_REGION":                       "us-east-1",
+		"RECONCILE_ENDPOINT":               "billing",
+		"STRIPE_MODE":                      "test",
+		"RECONCILE_RATE":                   "100",
+		"RECONCILE_SLICE":                  "3d", // one slice: 2 pages of 100 and 50
+		"DEADLINE_MARGIN":                  "3s",
+		"METRICS_NAMESPACE":                "StripeInboxE2E",
+		"METRICS_DIMENSIONS":               "Stage=e2e",
 	}, 20*time.Second)
 
+	// Until an operator stores a key, the function refuses to start and
+	// says what to do.
 	resp := invoke(t, rec, scheduledEvent("reconcile"))
+	if resp.Status == 200 && !strings.Contains(string(resp.Body), "errorMessage") {
+		t.Fatalf("with the placeholder the reconciler ran: %d %s", resp.Status, resp.Body)
+	}
+	waitLog(t, rec, "it is not a Stripe API key: store a restricted key with read access to events")
+	if n := db.Count(t, "webhook_inbox", ""); n != 0 {
+		t.Fatalf("%d receipts stored without a key", n)
+	}
+
+	sm.set(keyARN, "rk_test_e2e")
+	resp = invoke(t, rec, scheduledEvent("reconcile"))
 	var s reconcile.Summary
 	if resp.Status != 200 || json.Unmarshal(resp.Body, &s) != nil {
 		t.Fatalf("reconcile answered %d %s", resp.Status, resp.Body)
