@@ -141,7 +141,7 @@ func (b *builder) reconcile() {
 // reconcileAlarms: the reconciler's Errors and Throttles come from the
 // loops over Functions; this is the one that says deliveries fail.
 func (b *builder) reconcileAlarms() []alarmSpec {
-	return []alarmSpec{{
+	specs := []alarmSpec{{
 		id: "EventsFoundMissingAlarm",
 		description: "The reconciler found events on Stripe's Events API that the webhook never received, and stored them " +
 			"(EventsFoundMissing; the dashboard shows them by type). The worker applies them, but deliveries are failing: " +
@@ -150,6 +150,24 @@ func (b *builder) reconcileAlarms() []alarmSpec {
 		metric:    b.emf("reconcile", "EventsFoundMissing", "Sum"),
 		threshold: 0, periods: 1, missing: awscloudwatch.TreatMissingData_NOT_BREACHING,
 	}}
+	// Every run reports ReconcileFailed (0 or 1), failed or not. No report
+	// for two schedule periods means the reconciler is not running (the
+	// rule, the function's start, a throttle): missing events would go
+	// unrepaired, so that is breaching. Only for a rate(...) schedule that
+	// is enabled.
+	if period, ok := SchedulePeriod(b.s.ReconcileSchedule); ok && b.s.Reconcile {
+		window := 2 * period
+		specs = append(specs, alarmSpec{
+			id: "ReconcileStaleAlarm",
+			description: fmt.Sprintf("The reconciler reported no run for %s (two periods of %s): events Stripe never delivered are not being repaired. "+
+				"Check ReconcileErrors and the reconcile function's log (a placeholder key refuses to start), and the ReconcileSchedule rule.", window, b.s.ReconcileSchedule),
+			metric: b.emf("reconcile", "ReconcileFailed", "SampleCount").With(&awscloudwatch.MetricOptions{
+				Period: awscdk.Duration_Seconds(jsii.Number(window.Seconds())),
+			}),
+			threshold: 1, below: true, periods: 1, missing: awscloudwatch.TreatMissingData_BREACHING,
+		})
+	}
+	return specs
 }
 
 // reconcileRow is the dashboard's reconciler row.

@@ -86,6 +86,12 @@ func TestReconcileScheduleAndAlarms(t *testing.T) {
 	require.Contains(t, asJSON(t, missing["Metrics"]), `{"Name":"Service","Value":"reconcile"}`)
 	require.Equal(t, 0.0, missing["Threshold"])
 	require.Equal(t, "notBreaching", missing["TreatMissingData"])
+	stale := names["StripeInbox-dev-ReconcileStale"]
+	require.NotNil(t, stale)
+	require.Equal(t, "breaching", stale["TreatMissingData"])
+	require.Equal(t, "LessThanThreshold", stale["ComparisonOperator"])
+	require.Contains(t, asJSON(t, stale["Metrics"]), `"Period":1800`)
+	require.Contains(t, asJSON(t, stale["Metrics"]), `"MetricName":"ReconcileFailed"`)
 	require.Contains(t, names, "StripeInbox-dev-ReconcileErrors")
 	require.Contains(t, names, "StripeInbox-dev-ReconcilestoreErrors")
 

@@ -215,6 +215,7 @@ func (r *Reconciler) Run(ctx context.Context) (Summary, error) {
 	until := now.Add(-r.cfg.Settle).Truncate(time.Second)
 	hw, ok, err := r.sink.HighWater(ctx, r.cfg.Endpoint)
 	if err != nil {
+		r.emit(Summary{}, err) // every run reports, failed or not
 		return Summary{}, err
 	}
 	since := now.Add(-r.cfg.Lookback)
