@@ -3,8 +3,9 @@
 // and purge functions are updated. It connects through the proxy as the
 // RDS master user (IAM token), keeps the database roles in shape, applies the
 // pending migrations as the schema owner role and grants each function's
-// role its privileges; see internal/approle. An error fails the
-// trigger and with it the deploy.
+// role its privileges; see internal/approle. Its configuration is
+// config.LoadMigrate's; it connects with internal/database. An error fails
+// the trigger and with it the deploy.
 package main
 
 import (
@@ -19,12 +20,14 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/approle"
 	"github.com/stripe-inbox/inbox/internal/bootstrap"
+	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 )
 
 func main() {
 	logger := bootstrap.Logger(os.Stdout)
-	cfg, err := approle.LoadConfig(os.Getenv)
+	cfg, err := config.LoadMigrate(os.Getenv)
 	if err != nil {
 		bootstrap.Fail(logger, "migrate cannot start", err)
 	}
@@ -34,7 +37,7 @@ func main() {
 		Logger:      logger,
 		Passwords:   func(context.Context) (approle.Passwords, error) { return cfg.Passwords, nil },
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			return approle.Connect(ctx, cfg.Database, nil)
+			return database.Connect(ctx, cfg.Database, nil)
 		},
 	}
 	if cfg.Database.ProxyHost != "" || len(cfg.SecretARNs) > 0 {
@@ -43,7 +46,7 @@ func main() {
 			bootstrap.Fail(logger, "migrate cannot start", err)
 		}
 		d.Connect = func(ctx context.Context) (*pgx.Conn, error) {
-			return approle.Connect(ctx, cfg.Database, aws.Credentials)
+			return database.Connect(ctx, cfg.Database, aws.Credentials)
 		}
 		if len(cfg.SecretARNs) > 0 {
 			fetch := secrets.SecretsManager(secretsmanager.NewFromConfig(aws))

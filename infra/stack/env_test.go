@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-inbox/inbox/internal/approle"
 	"github.com/stripe-inbox/inbox/internal/config"
 )
 
@@ -52,7 +51,7 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 		require.NoError(t, err, "worker")
 		_, err = config.LoadPurge(resolvedEnv(t, fns["purge"]))
 		require.NoError(t, err, "purge")
-		_, err = approle.LoadConfig(resolvedEnv(t, fns["migrate"]))
+		_, err = config.LoadMigrate(resolvedEnv(t, fns["migrate"]))
 		require.NoError(t, err, "migrate")
 		_, err = config.LoadReconcile(resolvedEnv(t, fns["reconcile"]))
 		require.NoError(t, err, "reconcile")

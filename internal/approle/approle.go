@@ -78,6 +78,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -801,7 +802,7 @@ func scramVerifier(password string) (string, error) {
 }
 
 func scramVerifierWithSalt(password string, salt []byte, iterations int) (string, error) {
-	if err := checkPassword(password); err != nil {
+	if err := CheckPassword(password); err != nil {
 		return "", err
 	}
 	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
@@ -821,10 +822,10 @@ func hmacSHA256(key []byte, msg string) []byte {
 	return m.Sum(nil)
 }
 
-// checkPassword accepts printable ASCII of a sensible length: SASLprep (which
+// CheckPassword accepts printable ASCII of a sensible length: SASLprep (which
 // PostgreSQL applies before hashing) leaves such passwords unchanged, so the
 // verifier computed here matches the one the server would compute.
-func checkPassword(password string) error {
+func CheckPassword(password string) error {
 	if len(password) < 16 || len(password) > 256 {
 		return fmt.Errorf("the password must be 16 to 256 characters, got %d", len(password))
 	}
@@ -834,4 +835,24 @@ func checkPassword(password string) error {
 		}
 	}
 	return nil
+}
+
+// PasswordFromSecret extracts the password from a secret in the standard RDS
+// DatabaseSecret shape ({"username": ..., "password": ...}) and checks that
+// the secret is the one for user.
+func PasswordFromSecret(text, user string) (string, error) {
+	var s struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
+	if err := json.Unmarshal([]byte(text), &s); err != nil {
+		return "", fmt.Errorf("the secret of role %s is not JSON with username and password fields", user)
+	}
+	if s.Username != user {
+		return "", fmt.Errorf("the secret is for user %q, but the role is %q", s.Username, user)
+	}
+	if err := CheckPassword(s.Password); err != nil {
+		return "", fmt.Errorf("the secret of role %s: %w", user, err)
+	}
+	return s.Password, nil
 }

@@ -398,7 +398,8 @@ func TestPurgeRoleMayOnlyPurge(t *testing.T) {
 	// What the purge function does.
 	cfg := retention.Config{Retention: 30 * retention.Day, ScrubAfter: 7 * retention.Day}.WithDefaults()
 	require.NoError(t, cfg.Validate())
-	p := retention.New(purge, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	p, err := retention.New(purge, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	require.NoError(t, err)
 	p.Now = func() *time.Time { return &now }
 	s, err := p.Run(d.ctx)
 	require.NoError(t, err)
@@ -439,8 +440,9 @@ func TestWorkerRoleAppliesEffectsButCannotChangeTheSchema(t *testing.T) {
 	pool, err := database.Open(d.ctx, database.Config{URL: d.dsnAs(t, d.roles.Worker), MaxConns: 3, PreparedStatements: true}, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	cfg := worker.Config{Concurrency: 1, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
-	w := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}
+	w, err := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	require.NoError(t, err)
 	_, err = w.Run(d.ctx)
 	require.NoError(t, err)
 	var processed bool
@@ -574,8 +576,9 @@ func requireEarlierFunctionsWork(t *testing.T, d *deployment, legacy, eventID st
 	pool, err := database.Open(d.ctx, database.Config{URL: d.dsnAs(t, legacy), MaxConns: 3, PreparedStatements: true}, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	cfg := worker.Config{Concurrency: 1, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
-	w := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}
+	w, err := worker.New(pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	require.NoError(t, err)
 	_, err = w.Run(d.ctx)
 	require.NoError(t, err)
 	var processed bool
@@ -586,7 +589,9 @@ func requireEarlierFunctionsWork(t *testing.T, d *deployment, legacy, eventID st
 	require.True(t, processed, "the worker as %s", legacy)
 
 	pcfg := retention.Config{Retention: 30 * retention.Day, ScrubAfter: 7 * retention.Day}.WithDefaults()
-	_, err = retention.New(conn, pcfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil)).Run(d.ctx)
+	p, err := retention.New(conn, pcfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.New(io.Discard, "Test", nil))
+	require.NoError(t, err)
+	_, err = p.Run(d.ctx)
 	require.NoError(t, err, "the purge as %s", legacy)
 
 	for _, q := range []string{

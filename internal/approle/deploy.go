@@ -2,56 +2,14 @@ package approle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/rds/auth"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/migrate"
 )
-
-// Connect opens one dedicated connection as c.User: from c.URL (local runs),
-// or to RDS Proxy with an IAM auth token and TLS verified against the system
-// roots. creds is needed only for the proxy.
-func Connect(ctx context.Context, c database.Config, creds aws.CredentialsProvider) (*pgx.Conn, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	dsn := c.URL
-	if c.ProxyHost != "" {
-		dsn = fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=verify-full", c.ProxyHost, c.ProxyPort, c.Name, c.User)
-	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("parsing database config: %w", err)
-	}
-	if c.AppName != "" {
-		cfg.RuntimeParams["application_name"] = c.AppName
-	}
-	if c.ProxyHost != "" {
-		if creds == nil {
-			return nil, errors.New("RDS Proxy IAM auth needs AWS credentials")
-		}
-		endpoint := net.JoinHostPort(c.ProxyHost, strconv.Itoa(c.ProxyPort))
-		token, err := auth.BuildAuthToken(ctx, endpoint, c.Region, c.User, creds)
-		if err != nil {
-			return nil, fmt.Errorf("building RDS IAM auth token: %w", err)
-		}
-		cfg.Password = token
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connecting as %s: %w", c.User, err)
-	}
-	return conn, nil
-}
 
 // Summary is what the migrate function returns (and logs).
 type Summary struct {
@@ -66,7 +24,8 @@ type Summary struct {
 // trigger that invokes it (and with it the deploy) fails before new code
 // serves.
 type Deployer struct {
-	// Connect opens a dedicated connection as the master user.
+	// Connect opens a dedicated connection as the master user
+	// (functions/migrate: database.Connect).
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Passwords returns the login roles' passwords.
 	Passwords func(ctx context.Context) (Passwords, error)

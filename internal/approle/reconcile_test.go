@@ -66,31 +66,3 @@ func TestReconcileRoleMayOnlyStoreReceiptsAndItsMark(t *testing.T) {
 	requireDenied(t, d.connectAs(t, d.roles.Webhook), "SELECT 1 FROM reconcile_high_water",
 		"INSERT INTO reconcile_high_water (provider, endpoint, high_water) VALUES ('stripe', 'x', now())")
 }
-
-func TestLoadConfigReconcileRole(t *testing.T) {
-	t.Parallel()
-	base := map[string]string{
-		"DATABASE_URL": "postgres://master@127.0.0.1/inbox", "SCHEMA_OWNER_ROLE": "inbox_schema_owner",
-		"WEBHOOK_DB_USER": "inbox_webhook", "WORKER_DB_USER": "inbox_worker", "PURGE_DB_USER": "inbox_purge",
-		"WEBHOOK_DB_PASSWORD": password1, "WORKER_DB_PASSWORD": password1, "PURGE_DB_PASSWORD": password1,
-	}
-	env := func(extra map[string]string) func(string) string {
-		return func(k string) string {
-			if v, ok := extra[k]; ok {
-				return v
-			}
-			return base[k]
-		}
-	}
-	c, err := LoadConfig(env(map[string]string{"RECONCILE_DB_USER": "inbox_reconcile", "RECONCILE_DB_PASSWORD": password2}))
-	require.NoError(t, err)
-	require.Equal(t, "inbox_reconcile", c.Roles.Reconcile)
-	require.Equal(t, password2, c.Passwords.Reconcile)
-
-	_, err = LoadConfig(env(map[string]string{"RECONCILE_DB_USER": "inbox_reconcile"}))
-	require.ErrorContains(t, err, "no password for the reconcile's role: set RECONCILE_DB_SECRET_ARN")
-	_, err = LoadConfig(env(map[string]string{"RECONCILE_DB_PASSWORD": password2}))
-	require.ErrorContains(t, err, "RECONCILE_DB_PASSWORD is set but RECONCILE_DB_USER is not")
-	_, err = LoadConfig(env(map[string]string{"RECONCILE_DB_USER": "inbox_webhook", "RECONCILE_DB_PASSWORD": password2}))
-	require.ErrorContains(t, err, "each needs a role of its own")
-}

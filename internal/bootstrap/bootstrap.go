@@ -27,10 +27,11 @@ import (
 )
 
 // Logger returns the JSON logger every function uses, at LOG_LEVEL (debug,
-// info, warn, error; default info).
+// info, warn, error; default info). It is built before the configuration is
+// loaded, so that a configuration error can be logged: an invalid LOG_LEVEL
+// logs at info here, and the function's loader refuses it (config.LogLevel).
 func Logger(w io.Writer) *slog.Logger {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL")))
+	level, _ := config.LogLevel(os.Getenv)
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
@@ -111,7 +112,12 @@ func NewWorker(ctx context.Context, c config.Worker, logger *slog.Logger, out io
 	if err != nil {
 		return nil, nil, err
 	}
-	return worker.New(pool, handlers.Default(), c.Worker, logger, Metrics(out, c.Common)), pool, nil
+	w, err := worker.New(pool, handlers.Default(), c.Worker, logger, Metrics(out, c.Common))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return w, pool, nil
 }
 
 // NewPurger builds the purge.
@@ -120,5 +126,10 @@ func NewPurger(ctx context.Context, c config.Purge, logger *slog.Logger, out io.
 	if err != nil {
 		return nil, nil, err
 	}
-	return retention.New(pool, c.Purge, logger, Metrics(out, c.Common)), pool, nil
+	p, err := retention.New(pool, c.Purge, logger, Metrics(out, c.Common))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return p, pool, nil
 }

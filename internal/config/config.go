@@ -6,9 +6,9 @@ package config
 import (
 	"errors"
 	"fmt"
-	"strconv"
+	"log/slog"
+	"math"
 	"strings"
-	"time"
 
 	"github.com/stripe-inbox/inbox/internal/database"
 )
@@ -24,6 +24,20 @@ type problems []string
 
 func (p *problems) addf(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
 
+// addErr adds err, each error of an errors.Join on its own line, after
+// prefix ("" for none).
+func (p *problems) addErr(prefix string, err error) {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			p.addErr(prefix, e)
+		}
+		return
+	}
+	if err != nil {
+		*p = append(*p, prefix+err.Error())
+	}
+}
+
 func (p problems) err() error {
 	if len(p) == 0 {
 		return nil
@@ -31,57 +45,16 @@ func (p problems) err() error {
 	return errors.New("invalid configuration:\n  - " + strings.Join(p, "\n  - "))
 }
 
-func (p *problems) integer(env Env, name string, def, min, max int) int {
-	raw := strings.TrimSpace(env(name))
-	if raw == "" {
-		return def
-	}
-	v, err := strconv.Atoi(raw)
-	if err != nil || v < min || v > max {
-		p.addf("%s=%q: must be a whole number from %d to %d (default %d)", name, raw, min, max, def)
-		return def
-	}
-	return v
-}
-
-func (p *problems) duration(env Env, name string, def, min, max time.Duration) time.Duration {
-	raw := strings.TrimSpace(env(name))
-	if raw == "" {
-		return def
-	}
-	v, err := time.ParseDuration(raw)
-	if err != nil || v < min || v > max {
-		p.addf("%s=%q: must be a duration such as 30s or 5m, from %s to %s (default %s)", name, raw, min, max, def)
-		return def
-	}
-	return v
-}
-
-// onOff reads a switch: on or off (also true/false, 1/0).
-func (p *problems) onOff(env Env, name string, def bool) bool {
-	raw := strings.ToLower(strings.TrimSpace(env(name)))
-	switch raw {
-	case "":
-		return def
-	case "on", "true", "1":
-		return true
-	case "off", "false", "0":
-		return false
-	}
-	word := map[bool]string{true: "on", false: "off"}
-	p.addf("%s=%q: must be on or off (default %s)", name, raw, word[def])
-	return def
-}
-
 // Common holds the settings every function shares.
 type Common struct {
 	Database          database.Config
 	MetricsNamespace  string
 	MetricsDimensions map[string]string
+	LogLevel          slog.Level // LOG_LEVEL
 }
 
 // metricsSettings reads METRICS_NAMESPACE and METRICS_DIMENSIONS (also for
-// functions without a database).
+// functions without a database, such as the reconciler outside the VPC).
 func (p *problems) metricsSettings(env Env, app string) (string, map[string]string) {
 	ns := strings.TrimSpace(env("METRICS_NAMESPACE"))
 	if ns == "" {
@@ -102,8 +75,16 @@ func (p *problems) metricsSettings(env Env, app string) (string, map[string]stri
 }
 
 func (p *problems) common(env Env, app string, defaultConns int) Common {
-	c := Common{}
+	c := Common{LogLevel: p.logLevel(env)}
 	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, app)
+	c.Database = p.database(env, app, defaultConns)
+	return c
+}
+
+// database reads DATABASE_URL, or the proxy's DB_PROXY_HOST,
+// DB_PROXY_PORT, DB_NAME, DB_USER and AWS_REGION, and DB_MAX_CONNS, and
+// validates them (database.Config.Validate checks their ranges).
+func (p *problems) database(env Env, app string, defaultConns int) database.Config {
 	db := database.Config{
 		URL:       strings.TrimSpace(env("DATABASE_URL")),
 		ProxyHost: strings.TrimSpace(env("DB_PROXY_HOST")),
@@ -112,11 +93,8 @@ func (p *problems) common(env Env, app string, defaultConns int) Common {
 		Region:    strings.TrimSpace(env("AWS_REGION")),
 		AppName:   "inbox-" + app,
 	}
-	db.ProxyPort = p.integer(env, "DB_PROXY_PORT", 5432, 1, 65535)
-	db.MaxConns = int32(p.integer(env, "DB_MAX_CONNS", defaultConns, 1, 100))
-	if err := db.Validate(); err != nil {
-		p.addf("database: %v", err)
-	}
-	c.Database = db
-	return c
+	db.ProxyPort = p.wholeNumber(env, "DB_PROXY_PORT", 5432)
+	db.MaxConns = int32(min(max(p.wholeNumber(env, "DB_MAX_CONNS", defaultConns), math.MinInt32), math.MaxInt32))
+	p.addErr("database: ", db.Validate())
+	return db
 }

@@ -72,11 +72,11 @@ func LoadLocal(env Env) (Local, error) {
 	if env("DATABASE_URL") == "" {
 		p.addf("DATABASE_URL is required locally (scripts/dev.sh sets it)")
 	}
-	l.WorkerInterval = p.duration(env, "WORKER_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour)
+	l.WorkerInterval = p.durationIn(env, "WORKER_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour)
 	workerTimeoutSet := strings.TrimSpace(env("WORKER_TIMEOUT")) != ""
-	l.WorkerTimeout = p.duration(env, "WORKER_TIMEOUT", time.Minute, 2*time.Second, 15*time.Minute)
-	l.PurgeInterval = p.duration(env, "PURGE_INTERVAL", time.Minute, 10*time.Millisecond, 24*time.Hour)
-	l.PurgeTimeout = p.duration(env, "PURGE_TIMEOUT", time.Minute, 2*time.Second, 15*time.Minute)
+	l.WorkerTimeout = p.durationIn(env, "WORKER_TIMEOUT", time.Minute, 2*time.Second, 15*time.Minute)
+	l.PurgeInterval = p.durationIn(env, "PURGE_INTERVAL", time.Minute, 10*time.Millisecond, 24*time.Hour)
+	l.PurgeTimeout = p.durationIn(env, "PURGE_TIMEOUT", time.Minute, 2*time.Second, 15*time.Minute)
 	var err error
 	// Locally the webhook notifies and the worker listens unless told
 	// otherwise (NOTIFY, LISTEN): effects within a moment of the receipt.

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"time"
-
 	"github.com/stripe-inbox/inbox/internal/retention"
 )
 
@@ -21,15 +19,13 @@ type Purge struct {
 func LoadPurge(env Env) (Purge, error) {
 	var p problems
 	rc := retention.Config{}
-	// The lower bounds here only reject what is not a number of days at all;
-	// retention.Config.Validate refuses a retention under 4 days and says why.
-	rc.Retention = time.Duration(p.integer(env, "RETENTION_DAYS", int(retention.DefaultRetention/retention.Day), 0, 3650)) * retention.Day
-	rc.BatchSize = p.integer(env, "PURGE_BATCH_SIZE", retention.DefaultBatchSize, 1, retention.MaxBatchSize)
-	rc.ScrubAfter = time.Duration(p.integer(env, "SCRUB_PAYLOAD_AFTER_DAYS", 0, 0, 3650)) * retention.Day
-	rc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", retention.DefaultDeadlineMargin, time.Second, 15*time.Minute)
+	// Parsed here; the ranges are retention.Config.Validate's (called
+	// below), which refuses a retention under 4 days and says why.
+	rc.Retention = p.days(env, "RETENTION_DAYS", int(retention.DefaultRetention/retention.Day), retention.Day)
+	rc.BatchSize = p.wholeNumber(env, "PURGE_BATCH_SIZE", retention.DefaultBatchSize)
+	rc.ScrubAfter = p.days(env, "SCRUB_PAYLOAD_AFTER_DAYS", 0, retention.Day)
+	rc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", retention.DefaultDeadlineMargin)
 	c := Purge{Common: p.common(env, "purge", 2), Purge: rc}
-	if err := rc.Validate(); err != nil {
-		p.addf("%v", err)
-	}
+	p.addErr("", rc.Validate())
 	return c, p.err()
 }

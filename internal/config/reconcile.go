@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -36,6 +37,7 @@ type Reconcile struct {
 	Mode      string
 	Client    reconcile.ClientConfig // Key is filled once fetched
 	Reconcile reconcile.Config
+	LogLevel  slog.Level // LOG_LEVEL
 }
 
 // ReconcileStore is the store function's configuration.
@@ -75,6 +77,7 @@ func LoadReconcile(env Env) (Reconcile, error) {
 	var p problems
 	var c Reconcile
 	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, "reconcile")
+	c.LogLevel = p.logLevel(env)
 
 	arn, literal := strings.TrimSpace(env("STRIPE_API_KEY_SECRET_ARN")), strings.TrimSpace(env("STRIPE_API_KEY"))
 	switch {
@@ -93,7 +96,7 @@ func LoadReconcile(env Env) (Reconcile, error) {
 	default:
 		p.addf("no Stripe API key: set STRIPE_API_KEY=rk_test_... (local) or STRIPE_API_KEY_SECRET_ARN=arn:aws:secretsmanager:... (AWS)")
 	}
-	c.SecretFetchTimeout = p.duration(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 30*time.Second)
+	c.SecretFetchTimeout = p.durationIn(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 30*time.Second)
 	switch c.Mode = strings.TrimSpace(env("STRIPE_MODE")); c.Mode {
 	case "", "live", "test":
 	default:
@@ -113,8 +116,9 @@ func LoadReconcile(env Env) (Reconcile, error) {
 		p.addf("STRIPE_API_BASE=%q: must be a base URL such as https://api.stripe.com or http://127.0.0.1:12111", c.Client.BaseURL)
 	}
 	c.Client.BaseURL = strings.TrimSuffix(c.Client.BaseURL, "/")
-	c.Client.Rate = float64(p.integer(env, "RECONCILE_RATE", reconcile.DefaultRate, 1, reconcile.LiveReadLimit))
-	c.Client.MaxAttempts = p.integer(env, "RECONCILE_MAX_ATTEMPTS", 8, 1, 20)
+	// The client's settings are checked here (no package validates them).
+	c.Client.Rate = float64(p.intIn(env, "RECONCILE_RATE", reconcile.DefaultRate, 1, reconcile.LiveReadLimit))
+	c.Client.MaxAttempts = p.intIn(env, "RECONCILE_MAX_ATTEMPTS", 8, 1, 20)
 
 	c.StoreFunction = strings.TrimSpace(env("STORE_FUNCTION"))
 	dbURL := strings.TrimSpace(env("DATABASE_URL"))
@@ -141,16 +145,14 @@ func LoadReconcile(env Env) (Reconcile, error) {
 	if !EndpointName.MatchString(rc.Endpoint) {
 		p.addf("RECONCILE_ENDPOINT=%q: must be an endpoint name (lower-case letters, digits, - and _)", rc.Endpoint)
 	}
-	rc.Lookback = p.days(env, "RECONCILE_LOOKBACK", reconcile.DefaultLookback, time.Minute, reconcile.MaxLookback)
-	rc.Overlap = p.duration(env, "RECONCILE_OVERLAP", reconcile.DefaultOverlap, 0, 24*time.Hour)
-	rc.Settle = p.duration(env, "RECONCILE_SETTLE", reconcile.DefaultSettle, 0, reconcile.MaxSettle)
-	rc.Slice = p.days(env, "RECONCILE_SLICE", reconcile.DefaultSlice, time.Minute, reconcile.Horizon)
-	rc.PageLimit = p.integer(env, "RECONCILE_PAGE_LIMIT", reconcile.PageLimit, 1, reconcile.PageLimit)
-	rc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", reconcile.DefaultMargin, time.Second, 10*time.Minute)
-	rc = rc.WithDefaults()
-	if err := rc.Validate(); err != nil {
-		p.addf("%v", err)
-	}
+	// Parsed here; the ranges are reconcile.Config.Validate's.
+	rc.Lookback = p.durationOrDays(env, "RECONCILE_LOOKBACK", reconcile.DefaultLookback)
+	rc.Overlap = p.duration(env, "RECONCILE_OVERLAP", reconcile.DefaultOverlap)
+	rc.Settle = p.duration(env, "RECONCILE_SETTLE", reconcile.DefaultSettle)
+	rc.Slice = p.durationOrDays(env, "RECONCILE_SLICE", reconcile.DefaultSlice)
+	rc.PageLimit = p.wholeNumber(env, "RECONCILE_PAGE_LIMIT", reconcile.PageLimit)
+	rc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", reconcile.DefaultMargin)
+	p.addErr("", rc.Validate())
 	c.Reconcile = rc
 	return c, p.err()
 }
@@ -176,19 +178,19 @@ func LoadReconcileStore(env Env) (ReconcileStore, error) {
 	return c, p.err()
 }
 
-// days reads a duration that may also be given in whole days ("3d").
-func (p *problems) days(env Env, name string, def, min, max time.Duration) time.Duration {
+// durationOrDays parses name as a Go duration or a whole number of days
+// ("3d"); def when unset. Its range is checked by the package that owns it.
+func (p *problems) durationOrDays(env Env, name string, def time.Duration) time.Duration {
 	raw := strings.TrimSpace(env(name))
 	if n, ok := strings.CutSuffix(raw, "d"); ok && raw != "" {
 		d, err := strconv.Atoi(n)
-		v := time.Duration(d) * 24 * time.Hour
-		if err != nil || v < min || v > max {
-			p.addf("%s=%q: must be a duration such as 3d, 12h or 30m, from %s to %s (default %s)", name, raw, min, max, def)
+		if err != nil || d < 0 || d > 3650 {
+			p.addf("%s=%q: must be a duration such as 3d, 12h or 30m (default %s)", name, raw, def)
 			return def
 		}
-		return v
+		return time.Duration(d) * 24 * time.Hour
 	}
-	return p.duration(env, name, def, min, max)
+	return p.duration(env, name, def)
 }
 
 // LocalReconcile is the local runner's reconciler component. It runs when
@@ -216,7 +218,7 @@ func (p *problems) loadLocalReconcile(env Env, l *Local) {
 	if !listed {
 		l.Components = append(l.Components, LocalReconcile)
 	}
-	l.ReconcileInterval = p.duration(env, "RECONCILE_INTERVAL", 15*time.Minute, time.Second, 24*time.Hour)
+	l.ReconcileInterval = p.durationIn(env, "RECONCILE_INTERVAL", 15*time.Minute, time.Second, 24*time.Hour)
 	renv := func(k string) string {
 		if k == "STRIPE_API_KEY_SECRET_ARN" || k == "STORE_FUNCTION" {
 			return "" // locally the key is literal and the database is direct

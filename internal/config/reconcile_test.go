@@ -31,8 +31,8 @@ func TestLoadReconcile(t *testing.T) {
 		"STRIPE_API_BASE": "api.stripe.com", "RECONCILE_RATE": "500",
 	}))
 	require.ErrorContains(t, err, "STRIPE_API_KEY: it is not a Stripe API key")
-	require.ErrorContains(t, err, `RECONCILE_LOOKBACK="31d"`)
-	require.ErrorContains(t, err, `RECONCILE_SETTLE="6m"`)
+	require.ErrorContains(t, err, "RECONCILE_LOOKBACK=744h0m0s: must be from 1m to 30d")
+	require.ErrorContains(t, err, "RECONCILE_SETTLE=6m0s: must be from 0 to 5m0s")
 	require.ErrorContains(t, err, `STRIPE_API_BASE="api.stripe.com"`)
 	require.ErrorContains(t, err, `RECONCILE_RATE="500"`)
 	require.ErrorContains(t, err, "nowhere to store")
@@ -83,7 +83,38 @@ func TestLocalReconcileContract(t *testing.T) {
 	_, err = LoadLocal(env(map[string]string{"LOCAL_COMPONENTS": "worker,reconcile"}))
 	require.ErrorContains(t, err, "LOCAL_COMPONENTS lists reconcile but STRIPE_API_KEY is not set")
 	_, err = LoadLocal(env(map[string]string{"STRIPE_API_KEY": "rk_test_x", "RECONCILE_LOOKBACK": "45d", "RECONCILE_SETTLE": "10m", "RECONCILE_INTERVAL": "forever"}))
-	require.ErrorContains(t, err, `RECONCILE_LOOKBACK="45d"`)
-	require.ErrorContains(t, err, `RECONCILE_SETTLE="10m"`)
+	require.ErrorContains(t, err, "RECONCILE_LOOKBACK=1080h0m0s")
+	require.ErrorContains(t, err, "RECONCILE_SETTLE=10m0s")
 	require.ErrorContains(t, err, `RECONCILE_INTERVAL="forever"`)
+}
+
+// The migrate function creates the store function's role when
+// RECONCILE_DB_USER is set (the stack sets it), with its own password.
+func TestLoadMigrateReconcileRole(t *testing.T) {
+	t.Parallel()
+	const password1, password2 = "first-Password-0123456789", "second-Password-9876543210"
+	base := map[string]string{
+		"DATABASE_URL": "postgres://master@127.0.0.1/inbox", "SCHEMA_OWNER_ROLE": "inbox_schema_owner",
+		"WEBHOOK_DB_USER": "inbox_webhook", "WORKER_DB_USER": "inbox_worker", "PURGE_DB_USER": "inbox_purge",
+		"WEBHOOK_DB_PASSWORD": password1, "WORKER_DB_PASSWORD": password1, "PURGE_DB_PASSWORD": password1,
+	}
+	env := func(extra map[string]string) Env {
+		return func(k string) string {
+			if v, ok := extra[k]; ok {
+				return v
+			}
+			return base[k]
+		}
+	}
+	c, err := LoadMigrate(env(map[string]string{"RECONCILE_DB_USER": "inbox_reconcile", "RECONCILE_DB_PASSWORD": password2}))
+	require.NoError(t, err)
+	require.Equal(t, "inbox_reconcile", c.Roles.Reconcile)
+	require.Equal(t, password2, c.Passwords.Reconcile)
+
+	_, err = LoadMigrate(env(map[string]string{"RECONCILE_DB_USER": "inbox_reconcile"}))
+	require.ErrorContains(t, err, "no password for the reconcile's role: set RECONCILE_DB_SECRET_ARN")
+	_, err = LoadMigrate(env(map[string]string{"RECONCILE_DB_PASSWORD": password2}))
+	require.ErrorContains(t, err, "RECONCILE_DB_PASSWORD is set but RECONCILE_DB_USER is not")
+	_, err = LoadMigrate(env(map[string]string{"RECONCILE_DB_USER": "inbox_webhook", "RECONCILE_DB_PASSWORD": password2}))
+	require.ErrorContains(t, err, "each needs a role of its own")
 }

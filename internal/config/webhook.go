@@ -73,12 +73,12 @@ func LoadWebhook(env Env) (Webhook, error) {
 	default:
 		p.addf("no signing secret: set STRIPE_WEBHOOK_SECRET=whsec_... (local) or SIGNING_SECRET_ARNS=billing=arn:aws:secretsmanager:... (AWS)")
 	}
-	w.SecretTTL = p.duration(env, "SECRET_TTL", 5*time.Minute, 10*time.Second, time.Hour)
+	w.SecretTTL = p.durationIn(env, "SECRET_TTL", 5*time.Minute, 10*time.Second, time.Hour)
 	// At most 5s: with STORE_TIMEOUT's default 5s, a hanging Secrets Manager
 	// and a slow commit still answer within the function's 10s timeout.
-	w.SecretFetchTimeout = p.duration(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 5*time.Second)
-	w.Handler.MaxBodyBytes = p.integer(env, "MAX_BODY_BYTES", webhook.DefaultMaxBodyBytes, 1024, webhook.FunctionURLMaxPayload)
-	w.Handler.StoreTimeout = p.duration(env, "STORE_TIMEOUT", webhook.DefaultStoreTimeout, 100*time.Millisecond, time.Minute)
+	w.SecretFetchTimeout = p.durationIn(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 5*time.Second)
+	w.Handler.MaxBodyBytes = p.intIn(env, "MAX_BODY_BYTES", webhook.DefaultMaxBodyBytes, 1024, webhook.FunctionURLMaxPayload)
+	w.Handler.StoreTimeout = p.durationIn(env, "STORE_TIMEOUT", webhook.DefaultStoreTimeout, 100*time.Millisecond, time.Minute)
 	// NOTIFY=on: the receipt's INSERT also notifies resident workers
 	// (inbox.StoreAndNotify). Off by default: notifying commits run one at a
 	// time (see internal/inbox/queries.go), and polling alone meets the

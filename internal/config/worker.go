@@ -29,29 +29,28 @@ func LoadWorker(env Env) (Worker, error) {
 	default:
 		p.addf("STRIPE_MODE=%q: must be %q (the stage that books real money, prod) or %q (every other stage)", wc.Mode, worker.ModeLive, worker.ModeTest)
 	}
-	wc.Concurrency = p.integer(env, "WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, 64)
-	wc.MaxAttempts = p.integer(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts, 1, 1000)
-	wc.ClaimLimit = p.integer(env, "CLAIM_LIMIT", worker.DefaultClaimLimit, 1, 1000)
-	wc.BatchSize = p.integer(env, "BATCH_SIZE", min(worker.DefaultBatchSize, wc.ClaimLimit), 1, 1000)
-	wc.Lease = p.duration(env, "LEASE", worker.DefaultLease, time.Second, time.Hour)
-	wc.StatementTimeout = p.duration(env, "STATEMENT_TIMEOUT", worker.DefaultStatementTimeout, 10*time.Millisecond, 15*time.Minute)
-	wc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", worker.DefaultDeadlineMargin, time.Second, 15*time.Minute)
-	wc.BackoffBase = p.duration(env, "BACKOFF_BASE", worker.DefaultBackoffBase, 10*time.Millisecond, time.Hour)
-	wc.BackoffCap = p.duration(env, "BACKOFF_CAP", worker.DefaultBackoffCap, 10*time.Millisecond, 24*time.Hour)
+	// Parsed here; the ranges are worker.Config.Validate's (called below).
+	wc.Concurrency = p.wholeNumber(env, "WORKER_CONCURRENCY", worker.DefaultConcurrency)
+	wc.MaxAttempts = p.wholeNumber(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts)
+	wc.ClaimLimit = p.wholeNumber(env, "CLAIM_LIMIT", worker.DefaultClaimLimit)
+	wc.BatchSize = p.wholeNumber(env, "BATCH_SIZE", min(worker.DefaultBatchSize, wc.ClaimLimit))
+	wc.Lease = p.duration(env, "LEASE", worker.DefaultLease)
+	wc.StatementTimeout = p.duration(env, "STATEMENT_TIMEOUT", worker.DefaultStatementTimeout)
+	wc.DeadlineMargin = p.duration(env, "DEADLINE_MARGIN", worker.DefaultDeadlineMargin)
+	wc.BackoffBase = p.duration(env, "BACKOFF_BASE", worker.DefaultBackoffBase)
+	wc.BackoffCap = p.duration(env, "BACKOFF_CAP", worker.DefaultBackoffCap)
 	wc.PollInterval = p.pollInterval(env)
 	wc.Listen = p.onOff(env, "LISTEN", false)
-	w := Worker{Common: p.common(env, "worker", wc.Concurrency+1), Worker: wc}
+	w := Worker{Common: p.common(env, "worker", max(wc.Concurrency, 1)+1), Worker: wc}
 	w.Database.PreparedStatements = true // see internal/database
-	if int(w.Database.MaxConns) < wc.Concurrency+1 {
+	if wc.Concurrency >= 1 && int(w.Database.MaxConns) < wc.Concurrency+1 {
 		p.addf("DB_MAX_CONNS=%d: the worker needs one connection per drainer plus one (WORKER_CONCURRENCY+1 = %d)", w.Database.MaxConns, wc.Concurrency+1)
 	}
 	v := wc
 	if v.Mode != worker.ModeLive && v.Mode != worker.ModeTest {
 		v.Mode = worker.ModeTest // reported above; check the rest
 	}
-	if err := v.Validate(); err != nil {
-		p.addf("%v", err)
-	}
+	p.addErr("", v.Validate())
 	return w, p.err()
 }
 

@@ -27,6 +27,10 @@ const (
 	MaxConnIdleTime = 5 * time.Minute
 )
 
+// MaxMaxConns bounds MaxConns (DB_MAX_CONNS): more than a function could
+// use, and a typo such as 1000 would starve the database.
+const MaxMaxConns = 100
+
 // Config says how to reach PostgreSQL. Exactly one of URL and ProxyHost is set.
 type Config struct {
 	// URL is a libpq-style URL or DSN (DATABASE_URL). Local runs and tests.
@@ -55,26 +59,30 @@ type Config struct {
 	PreparedStatements bool
 }
 
-// Validate reports the first configuration mistake, phrased as what to fix.
+// Validate reports every configuration mistake, phrased as what to fix and
+// naming the variable. The ranges of DB_PROXY_PORT and DB_MAX_CONNS are
+// checked here only (config only parses them).
 func (c Config) Validate() error {
+	var errs []error
 	switch {
 	case c.URL != "" && c.ProxyHost != "":
-		return errors.New("set either DATABASE_URL or DB_PROXY_HOST, not both")
+		errs = append(errs, errors.New("set either DATABASE_URL or DB_PROXY_HOST, not both"))
 	case c.URL == "" && c.ProxyHost == "":
-		return errors.New("set DATABASE_URL (local) or DB_PROXY_HOST, DB_NAME, DB_USER and AWS_REGION (RDS Proxy with IAM auth)")
+		errs = append(errs, errors.New("set DATABASE_URL (local) or DB_PROXY_HOST, DB_NAME, DB_USER and AWS_REGION (RDS Proxy with IAM auth)"))
 	case c.ProxyHost != "" && (c.Name == "" || c.User == "" || c.Region == ""):
-		return errors.New("DB_PROXY_HOST needs DB_NAME, DB_USER and AWS_REGION as well")
-	case c.ProxyHost != "" && (c.ProxyPort <= 0 || c.ProxyPort > 65535):
-		return fmt.Errorf("DB_PROXY_PORT %d is not a TCP port", c.ProxyPort)
-	case c.MaxConns < 1:
-		return fmt.Errorf("the pool needs at least one connection, got %d", c.MaxConns)
-	}
-	if c.URL != "" {
+		errs = append(errs, errors.New("DB_PROXY_HOST needs DB_NAME, DB_USER and AWS_REGION as well"))
+	case c.URL != "":
 		if _, err := pgxpool.ParseConfig(c.URL); err != nil {
-			return fmt.Errorf("DATABASE_URL cannot be parsed: %w", err)
+			errs = append(errs, fmt.Errorf("DATABASE_URL cannot be parsed: %w", err))
 		}
 	}
-	return nil
+	if c.ProxyHost != "" && (c.ProxyPort <= 0 || c.ProxyPort > 65535) {
+		errs = append(errs, fmt.Errorf("DB_PROXY_PORT=%d: must be a TCP port from 1 to 65535 (default 5432)", c.ProxyPort))
+	}
+	if c.MaxConns < 1 || c.MaxConns > MaxMaxConns {
+		errs = append(errs, fmt.Errorf("DB_MAX_CONNS=%d: the pool needs from 1 to %d connections", c.MaxConns, MaxMaxConns))
+	}
+	return errors.Join(errs...)
 }
 
 // Open builds the pool. It does not connect: the first query does, so a
@@ -84,12 +92,9 @@ func Open(ctx context.Context, c Config, creds aws.CredentialsProvider) (*pgxpoo
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	dsn := c.URL
-	if c.ProxyHost != "" {
-		if creds == nil {
-			return nil, errors.New("RDS Proxy IAM auth needs AWS credentials")
-		}
-		dsn = fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=verify-full", c.ProxyHost, c.ProxyPort, c.Name, c.User)
+	dsn, err := c.dsn(creds)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -99,39 +104,10 @@ func Open(ctx context.Context, c Config, creds aws.CredentialsProvider) (*pgxpoo
 	cfg.MinConns = 0
 	cfg.MaxConnLifetime = MaxConnLifetime
 	cfg.MaxConnIdleTime = MaxConnIdleTime
-	if c.AppName != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = c.AppName
-	}
-	// No prepared-statement cache. pgx's default (cache_statement) creates a
-	// named prepared statement per query on each connection; behind RDS
-	// Proxy a named prepared statement pins the client connection to one
-	// database connection for its lifetime, which defeats the proxy's
-	// multiplexing and exhausts database connections under Lambda
-	// concurrency. Exec mode uses the unnamed statement (still one round
-	// trip, parameters still sent separately from the SQL), which the proxy
-	// multiplexes. The queries here are short; the cost is one parse each.
-	//
-	// The worker opts in to the cache (PreparedStatements): each drainer
-	// holds one connection for its whole run and sends the same dozen
-	// statements thousands of times, so parsing and planning them once per
-	// connection saves database CPU, while a pinned proxy session costs it
-	// nothing it was not already using. At most DB_MAX_CONNS sessions per
-	// warm worker instance stay pinned while idle (MaxConnIdleTime).
-	if !c.PreparedStatements {
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-		cfg.ConnConfig.StatementCacheCapacity = 0
-		cfg.ConnConfig.DescriptionCacheCapacity = 0
-	}
-
+	c.apply(cfg.ConnConfig)
 	if c.ProxyHost != "" {
-		endpoint := net.JoinHostPort(c.ProxyHost, strconv.Itoa(c.ProxyPort))
 		cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
-			token, err := auth.BuildAuthToken(ctx, endpoint, c.Region, c.User, creds)
-			if err != nil {
-				return fmt.Errorf("building RDS IAM auth token: %w", err)
-			}
-			cc.Password = token
-			return nil
+			return c.iamAuth(ctx, cc, creds)
 		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -139,4 +115,92 @@ func Open(ctx context.Context, c Config, creds aws.CredentialsProvider) (*pgxpoo
 		return nil, fmt.Errorf("creating database pool: %w", err)
 	}
 	return pool, nil
+}
+
+// Connect opens one dedicated connection, the same way Open's pool opens
+// each of its connections (URL, or RDS Proxy with an IAM token and TLS
+// verified; the same statement-cache setting): for the migrate function,
+// which needs a session of its own (SET ROLE, then the migrations).
+func Connect(ctx context.Context, c Config, creds aws.CredentialsProvider) (*pgx.Conn, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	dsn, err := c.dsn(creds)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database config: %w", err)
+	}
+	c.apply(cfg)
+	if c.ProxyHost != "" {
+		if err := c.iamAuth(ctx, cfg, creds); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting as %s: %w", c.userName(cfg), err)
+	}
+	return conn, nil
+}
+
+// dsn is the connection string: the URL, or the proxy's with TLS verified.
+func (c Config) dsn(creds aws.CredentialsProvider) (string, error) {
+	if c.ProxyHost == "" {
+		return c.URL, nil
+	}
+	if creds == nil {
+		return "", errors.New("RDS Proxy IAM auth needs AWS credentials")
+	}
+	return fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=verify-full", c.ProxyHost, c.ProxyPort, c.Name, c.User), nil
+}
+
+// apply sets what every connection gets: application_name and the
+// statement cache.
+//
+// No prepared-statement cache unless PreparedStatements. pgx's default
+// (cache_statement) creates a named prepared statement per query on each
+// connection; behind RDS Proxy a named prepared statement pins the client
+// connection to one database connection for its lifetime, which defeats the
+// proxy's multiplexing and exhausts database connections under Lambda
+// concurrency. Exec mode uses the unnamed statement (still one round trip,
+// parameters still sent separately from the SQL), which the proxy
+// multiplexes. The queries here are short; the cost is one parse each.
+//
+// The worker opts in to the cache (PreparedStatements): each drainer holds
+// one connection for its whole run and sends the same dozen statements
+// thousands of times, so parsing and planning them once per connection
+// saves database CPU, while a pinned proxy session costs it nothing it was
+// not already using. At most DB_MAX_CONNS sessions per warm worker instance
+// stay pinned while idle (MaxConnIdleTime).
+func (c Config) apply(cc *pgx.ConnConfig) {
+	if c.AppName != "" {
+		cc.RuntimeParams["application_name"] = c.AppName
+	}
+	if !c.PreparedStatements {
+		cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+		cc.StatementCacheCapacity = 0
+		cc.DescriptionCacheCapacity = 0
+	}
+}
+
+// iamAuth puts a fresh IAM auth token (valid 15 minutes; a connection
+// outlives it) into cc's password.
+func (c Config) iamAuth(ctx context.Context, cc *pgx.ConnConfig, creds aws.CredentialsProvider) error {
+	endpoint := net.JoinHostPort(c.ProxyHost, strconv.Itoa(c.ProxyPort))
+	token, err := auth.BuildAuthToken(ctx, endpoint, c.Region, c.User, creds)
+	if err != nil {
+		return fmt.Errorf("building RDS IAM auth token: %w", err)
+	}
+	cc.Password = token
+	return nil
+}
+
+func (c Config) userName(cc *pgx.ConnConfig) string {
+	if c.User != "" {
+		return c.User
+	}
+	return cc.User
 }

@@ -5,8 +5,10 @@ import (
 	"strings"
 )
 
-// The SQL of the business tables (invoices, ledger_entries, outbox,
-// anomalies). Invoice status transitions follow Stripe's lifecycle:
+// The SQL of the business tables (invoices, ledger_entries, refunds,
+// payment_links, outbox, anomalies), as the handlers write them (the purge's
+// delete of published outbox rows is in internal/retention/queries.go).
+// Invoice status transitions follow Stripe's lifecycle:
 //
 //	draft -> open -> paid
 //	           |  -> void

@@ -1,6 +1,7 @@
 // Package inbox is the webhook_inbox table: storing a verified receipt,
-// claiming receipts for processing, recording their outcome, and reading the
-// backlog. All of the table's SQL lives in queries.go.
+// claiming receipts for processing, recording their outcome, reading the
+// backlog, and the purge's batches (purge.go). All of the table's SQL lives
+// in queries.go; no other package writes SQL on it (tests aside).
 //
 // A receipt in the inbox is our promise to Stripe: once Store has committed it
 // and the webhook has answered 2xx, Stripe stops retrying and the

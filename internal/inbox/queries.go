@@ -1,8 +1,10 @@
 package inbox
 
-// Every statement that touches webhook_inbox. Parameters are positional
-// because pgx's exec mode (no prepared-statement cache, see
-// internal/database) sends them as-is; each query documents its parameters.
+// Every statement that touches webhook_inbox: the webhook's store, the
+// worker's claim, lock, mark, fail and release, and the purge's delete and
+// scrub. Parameters are positional ($1, $2, ...); each query documents its
+// parameters. The webhook sends them without a prepared-statement cache, the
+// worker with one (see internal/database).
 
 // storeReceipt: $1 provider, $2 endpoint, $3 event_id, $4 event_type,
 // $5 api_version, $6 livemode, $7 account, $8 object_id, $9 payload (text),
@@ -226,3 +228,62 @@ ON CONFLICT (provider, endpoint) DO UPDATE
    SET high_water = greatest(h.high_water, EXCLUDED.high_water),
        updated_at = now()
 RETURNING high_water`
+
+// The purge's statements (see purge.go, and internal/retention for how the
+// batches are run). Each is one batch: a statement that commits on its own,
+// picks at most $2 rows through a partial index of
+// migrations/0004_retention_indexes.sql, skips rows another transaction has
+// locked, and re-states outside the subquery the condition that makes a row
+// eligible, so that even a stale ctid could never touch an unprocessed
+// receipt. Rows are picked by ctid because the key has three text columns
+// that an array cannot carry into an index lookup. A ctid names a row
+// version; it is stable here because this statement holds the row's lock
+// until it ends (nobody else can update, delete or move the row, and a
+// locked row is never pruned). Why SKIP LOCKED and an array rather than IN:
+// internal/retention/queries.go.
+
+// deleteReceipts: $1 cutoff, $2 batch size. Deletes up to $2 processed
+// receipts with processed_at strictly before the cutoff, oldest first
+// (through the index webhook_inbox_processed). Unprocessed rows, including
+// those that wait for review, are never candidates.
+const deleteReceipts = `
+DELETE FROM webhook_inbox
+ WHERE ctid = ANY (ARRAY(
+           SELECT ctid
+             FROM webhook_inbox
+            WHERE processed_at IS NOT NULL
+              AND processed_at < $1::timestamptz
+            ORDER BY processed_at
+            LIMIT $2
+              FOR UPDATE SKIP LOCKED))
+   AND processed_at IS NOT NULL
+   AND processed_at < $1::timestamptz`
+
+// scrubbedPayload replaces a scrubbed receipt's payload. It must stay
+// identical to the literal in scrubPayloads and in the predicate of the index
+// webhook_inbox_unscrubbed (migrations/0004_retention_indexes.sql).
+const scrubbedPayload = `{"scrubbed": true}`
+
+// scrubPayloads: $1 scrub cutoff, $2 batch size. Replaces the payload of up
+// to $2 processed receipts with processed_at strictly before the cutoff that
+// are not scrubbed yet (so repeated batches terminate), oldest first through
+// the index webhook_inbox_unscrubbed. The key columns stay, so a redelivery
+// of the event is still a duplicate; the worker never reads the payload of a
+// processed receipt. payload_raw (the exact bytes of an event jsonb could not
+// hold, migrations/0007_receipt_payload_raw.sql) is the same content and is
+// cleared with it.
+const scrubPayloads = `
+UPDATE webhook_inbox
+   SET payload = '{"scrubbed": true}'::jsonb,
+       payload_raw = NULL
+ WHERE ctid = ANY (ARRAY(
+           SELECT ctid
+             FROM webhook_inbox
+            WHERE processed_at IS NOT NULL
+              AND payload <> '{"scrubbed": true}'::jsonb
+              AND processed_at < $1::timestamptz
+            ORDER BY processed_at
+            LIMIT $2
+              FOR UPDATE SKIP LOCKED))
+   AND processed_at IS NOT NULL
+   AND processed_at < $1::timestamptz`

@@ -100,29 +100,35 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports what is out of range.
+// Validate reports every mistake, phrased as what to fix, with the
+// variable names functions/reconcile reads. It is the one place where these
+// ranges are checked (internal/config only parses them).
 func (c Config) Validate() error {
 	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.Endpoint == "" {
-		errs = append(errs, errors.New("no endpoint to store the events for"))
+		add("RECONCILE_ENDPOINT: no endpoint to store the events for")
 	}
 	if len(c.Types) == 0 {
-		errs = append(errs, errors.New("no event types to list"))
+		add("no event types to list")
 	}
 	if c.Overlap < 0 || c.Overlap > 24*time.Hour {
-		errs = append(errs, fmt.Errorf("overlap %s: must be from 0 to 24h", c.Overlap))
+		add("RECONCILE_OVERLAP=%s: must be from 0 to 24h", c.Overlap)
 	}
 	if c.Settle < 0 || c.Settle > MaxSettle {
-		errs = append(errs, fmt.Errorf("settle %s: must be from 0 to %s", c.Settle, MaxSettle))
+		add("RECONCILE_SETTLE=%s: must be from 0 to %s", c.Settle, MaxSettle)
 	}
 	if c.Lookback < time.Minute || c.Lookback > MaxLookback {
-		errs = append(errs, fmt.Errorf("lookback %s: must be from 1m to %s (Stripe keeps events for 30 days)", c.Lookback, MaxLookback))
+		add("RECONCILE_LOOKBACK=%s: must be from 1m to 30d (%s; Stripe lists events of the last 30 days)", c.Lookback, MaxLookback)
 	}
-	if c.Slice < time.Minute {
-		errs = append(errs, fmt.Errorf("slice %s: must be at least 1m", c.Slice))
+	if c.Slice < time.Minute || c.Slice > Horizon {
+		add("RECONCILE_SLICE=%s: must be from 1m to 30d", c.Slice)
 	}
 	if c.PageLimit < 1 || c.PageLimit > PageLimit {
-		errs = append(errs, fmt.Errorf("page limit %d: must be from 1 to %d", c.PageLimit, PageLimit))
+		add("RECONCILE_PAGE_LIMIT=%d: must be from 1 to %d", c.PageLimit, PageLimit)
+	}
+	if c.DeadlineMargin < time.Second || c.DeadlineMargin > 10*time.Minute {
+		add("DEADLINE_MARGIN=%s: must be from 1s to 10m", c.DeadlineMargin)
 	}
 	return errors.Join(errs...)
 }

@@ -310,6 +310,6 @@ func TestWindowIsClampedAtTheHorizon(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	err := reconcile.Config{Endpoint: "billing", Types: []string{"a"}, Settle: 10 * time.Minute, Lookback: 31 * 24 * time.Hour}.WithDefaults().Validate()
-	require.ErrorContains(t, err, "settle 10m0s: must be from 0 to 5m0s")
-	require.ErrorContains(t, err, "lookback 744h0m0s")
+	require.ErrorContains(t, err, "RECONCILE_SETTLE=10m0s: must be from 0 to 5m0s")
+	require.ErrorContains(t, err, "RECONCILE_LOOKBACK=744h0m0s")
 }

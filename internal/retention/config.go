@@ -45,6 +45,8 @@ const (
 	DefaultBatchSize      = 1000
 	DefaultDeadlineMargin = 10 * time.Second
 	MaxBatchSize          = 100_000
+	// MaxRetention bounds Retention (ten years).
+	MaxRetention = 3650 * Day
 )
 
 // WithDefaults fills zero fields (except ScrubAfter, whose zero is "off").
@@ -62,10 +64,15 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every mistake, phrased as what to fix. The variable names
-// are those functions/purge reads.
+// are those functions/purge reads. It is the one place where the settings'
+// ranges are checked: config.LoadPurge only parses them and reports what
+// Validate finds, and New validates before it builds.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Retention > MaxRetention {
+		add("RETENTION_DAYS=%s: must be at most %s days", days(c.Retention), days(MaxRetention))
+	}
 	if c.Retention < MinRetention {
 		add("RETENTION_DAYS=%s: must be at least %s days: Stripe retries a webhook for up to 3 days, and a receipt deleted earlier lets a late retry be processed again",
 			days(c.Retention), days(MinRetention))
@@ -83,8 +90,8 @@ func (c Config) Validate() error {
 				days(c.ScrubAfter), days(c.Retention))
 		}
 	}
-	if c.DeadlineMargin < 0 {
-		add("DEADLINE_MARGIN=%s: must not be negative", c.DeadlineMargin)
+	if c.DeadlineMargin < time.Second || c.DeadlineMargin > 15*time.Minute {
+		add("DEADLINE_MARGIN=%s: must be from 1s to 15m", c.DeadlineMargin)
 	}
 	return errors.Join(errs...)
 }

@@ -12,7 +12,8 @@
 // The purge never touches an unprocessed receipt (including one waiting for
 // review), an unpublished outbox row, or the anomalies table. It works in
 // bounded batches, each one statement that commits on its own and skips rows
-// another transaction has locked (see queries.go), so it never holds many
+// another transaction has locked (see queries.go; the receipts' statements
+// are internal/inbox's, with the table's other SQL), so it never holds many
 // locks or a long transaction that would stall receipts or the worker's
 // claims. It stops when a batch comes back short, or when the invocation's
 // deadline is within the margin.
@@ -20,6 +21,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/metrics"
 )
 
@@ -49,9 +52,23 @@ type Purger struct {
 	Now func() *time.Time
 }
 
-// New returns a Purger. cfg must have passed Validate (after WithDefaults).
-func New(db DB, cfg Config, logger *slog.Logger, em *metrics.Emitter) *Purger {
-	return &Purger{db: db, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }}
+// New returns a Purger, as River's NewClient does: it fills cfg's zero
+// fields with the defaults (WithDefaults), then validates it, and returns an
+// error saying what to fix instead of a purge that could delete receipts
+// inside Stripe's retry window. em may be nil (no metrics).
+func New(db DB, cfg Config, logger *slog.Logger, em *metrics.Emitter) (*Purger, error) {
+	cfg = cfg.WithDefaults()
+	errs := []error{cfg.Validate()}
+	if db == nil {
+		errs = append(errs, errors.New("no database"))
+	}
+	if logger == nil {
+		errs = append(errs, errors.New("no logger"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid purge configuration: %w", err)
+	}
+	return &Purger{db: db, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }}, nil
 }
 
 // Summary is what one Run did.
@@ -79,9 +96,18 @@ type Summary struct {
 // step is one table's batch loop.
 type step struct {
 	what   string // for logs and errors
-	query  string
+	batch  func(ctx context.Context, db inbox.Execer, cutoff time.Time, limit int) (int64, error)
 	cutoff time.Time
 	count  *int64
+}
+
+// purgeOutbox deletes one batch of published outbox rows (deleteOutbox).
+func purgeOutbox(ctx context.Context, db inbox.Execer, cutoff time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, deleteOutbox, cutoff, limit)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Run purges (and scrubs, when configured) until a batch of each comes back
@@ -120,12 +146,12 @@ func (p *Purger) run(ctx context.Context, stopAt time.Time, s *Summary) error {
 	}
 	s.Cutoff = cutoff
 	steps := []step{
-		{what: "processed receipts", query: deleteReceipts, cutoff: cutoff, count: &s.PurgedReceipts},
-		{what: "published outbox rows", query: deleteOutbox, cutoff: cutoff, count: &s.PurgedOutbox},
+		{what: "processed receipts", batch: inbox.PurgeProcessed, cutoff: cutoff, count: &s.PurgedReceipts},
+		{what: "published outbox rows", batch: purgeOutbox, cutoff: cutoff, count: &s.PurgedOutbox},
 	}
 	if p.cfg.ScrubAfter > 0 {
 		s.ScrubCutoff = scrubCutoff
-		steps = append(steps, step{what: "receipt payloads", query: scrubPayloads, cutoff: scrubCutoff, count: &s.ScrubbedPayloads})
+		steps = append(steps, step{what: "receipt payloads", batch: inbox.ScrubPayloads, cutoff: scrubCutoff, count: &s.ScrubbedPayloads})
 	}
 
 	expired := func() bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
@@ -138,11 +164,10 @@ func (p *Purger) run(ctx context.Context, stopAt time.Time, s *Summary) error {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("purging %s: %w", st.what, err)
 			}
-			tag, err := p.db.Exec(ctx, st.query, st.cutoff, p.cfg.BatchSize)
+			n, err := st.batch(ctx, p.db, st.cutoff, p.cfg.BatchSize)
 			if err != nil {
 				return fmt.Errorf("purging %s: %w", st.what, err)
 			}
-			n := tag.RowsAffected()
 			if n > 0 {
 				s.Batches++
 				*st.count += n

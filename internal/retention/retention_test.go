@@ -51,7 +51,8 @@ func (b *testBundle) newPurger(t *testing.T, db retention.DB, cfg retention.Conf
 		db = b.pool
 	}
 	em := metrics.New(b.metrics, "Test", map[string]string{"Service": "purge"})
-	p := retention.New(db, cfg, slog.New(slog.NewJSONHandler(b.logs, nil)), em)
+	p, err := retention.New(db, cfg, slog.New(slog.NewJSONHandler(b.logs, nil)), em)
+	require.NoError(t, err)
 	p.Now = func() *time.Time { return now }
 	return p
 }
@@ -67,7 +68,9 @@ func (b *testBundle) newWorker(t *testing.T) *worker.Worker {
 	t.Helper()
 	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 2, StatementTimeout: time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}.WithDefaults()
 	require.NoError(t, cfg.Validate())
-	return worker.New(b.pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
+	w, err := worker.New(b.pool, handlers.Default(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
+	require.NoError(t, err)
+	return w
 }
 
 // receive stores an event as the webhook would.

@@ -104,8 +104,9 @@ func TestContentJSONBRefusesIsStoredAndProcessedWithTheExactBytes(t *testing.T) 
 			}
 			cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, BatchSize: batchSize, DeadlineMargin: 6 * time.Second, StatementTimeout: time.Second, Lease: time.Minute}.WithDefaults()
 			require.NoError(t, cfg.Validate())
-			w := worker.New(b.db.Pool, reg, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
-			_, err := w.Run(context.Background())
+			w, err := worker.New(b.db.Pool, reg, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
+			require.NoError(t, err)
+			_, err = w.Run(context.Background())
 			require.NoError(t, err)
 
 			for _, c := range contentCases {

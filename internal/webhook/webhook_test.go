@@ -10,14 +10,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/stretchr/testify/require"
-	stripewebhook "github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/inbox"
@@ -25,6 +26,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
 	"github.com/stripe-inbox/inbox/internal/webhook"
 )
 
@@ -86,8 +88,10 @@ func eventJSON(id, typ string) []byte {
 }`, id, typ))
 }
 
+// sign signs body at now with the independent signer (Stripe's documented
+// scheme, not the stripe-go code the handler verifies with).
 func sign(body []byte, secret string) string {
-	return stripewebhook.GenerateTestSignedPayload(&stripewebhook.UnsignedPayload{Payload: body, Secret: secret}).Header
+	return stripetest.Sign(body, time.Now(), secret)
 }
 
 // request builds the Function URL event for a POST to /endpoint.
@@ -269,9 +273,7 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 	validHeader := sign(valid, secretA)
 	var reserialized bytes.Buffer
 	require.NoError(t, json.Compact(&reserialized, valid))
-	old := stripewebhook.GenerateTestSignedPayload(&stripewebhook.UnsignedPayload{
-		Payload: valid, Secret: secretA, Timestamp: time.Now().Add(-stripeevent.Tolerance - time.Minute),
-	}).Header
+	old := stripetest.Sign(valid, time.Now().Add(-stripeevent.Tolerance-time.Minute), secretA)
 	tampered := bytes.Replace(valid, []byte(`"amount_paid": 1000`), []byte(`"amount_paid": 9000`), 1)
 	oversize := append(append([]byte(nil), valid[:len(valid)-1]...), []byte(`,"pad":"`+strings.Repeat("x", 70<<10)+`"}`)...)
 	signedOf := func(body []byte) events.LambdaFunctionURLRequest {
@@ -357,9 +359,7 @@ func TestTwoSecretsDuringRotationAreBothAccepted(t *testing.T) {
 
 	// Stripe signs with both secrets during a roll: one header, two v1 values.
 	body := eventJSON("evt_both_sigs", "invoice.paid")
-	now := time.Now()
-	header := fmt.Sprintf("t=%d,v1=%x,v1=%x", now.Unix(),
-		stripewebhook.ComputeSignature(now, body, "whsec_unknown"), stripewebhook.ComputeSignature(now, body, secretB))
+	header := stripetest.Sign(body, time.Now(), "whsec_unknown", secretB)
 	require.Equal(t, "stored", outcomeOf(t, b.do(t, request("billing", body, header))))
 	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", ""))
 }
@@ -468,19 +468,61 @@ func TestHTTPAdapterServesTheFunctionURLShape(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
 }
 
-func TestFunctionURLFixtureDecodes(t *testing.T) {
+// TestFunctionURLRequestAsAWSSendsIt feeds the handler a Function URL
+// request exactly as the Lambda runtime receives it: the JSON of AWS's
+// payload format 2.0 (testdata/function-url-request.json, shaped as in
+// "Invoking Lambda function URLs", Request payload format, with the headers a
+// Stripe delivery carries and the body base64-encoded), decoded by
+// aws-lambda-go's own handler (lambda.NewHandler, what lambda.Start runs).
+// Only the signature is set here, because it must be fresh. The receipt must
+// be stored with the event's exact bytes and fields.
+func TestFunctionURLRequestAsAWSSendsIt(t *testing.T) {
 	t.Parallel()
-	// A payload-format-2.0 event as AWS documents it, with a base64 body.
-	raw := []byte(`{"version":"2.0","routeKey":"$default","rawPath":"/billing","rawQueryString":"",
-	 "headers":{"content-type":"application/json","stripe-signature":"t=1,v1=00","host":"abc.lambda-url.us-east-1.on.aws"},
-	 "requestContext":{"accountId":"anonymous","apiId":"abc","domainName":"abc.lambda-url.us-east-1.on.aws","domainPrefix":"abc",
-	  "http":{"method":"POST","path":"/billing","protocol":"HTTP/1.1","sourceIp":"3.18.12.63","userAgent":"Stripe/1.0"},
-	  "requestId":"id","routeKey":"$default","stage":"$default","time":"02/Dec/2026:09:00:00 +0000","timeEpoch":1796202000000},
-	 "body":"e30=","isBase64Encoded":true}`)
-	var req events.LambdaFunctionURLRequest
-	require.NoError(t, json.Unmarshal(raw, &req))
-	require.Equal(t, "/billing", req.RawPath)
-	require.True(t, req.IsBase64Encoded)
-	require.Equal(t, "POST", req.RequestContext.HTTP.Method)
-	require.Equal(t, "t=1,v1=00", req.Headers["stripe-signature"])
+	b := setup(t)
+	ctx := context.Background()
+	raw, err := os.ReadFile("testdata/function-url-request.json")
+	require.NoError(t, err)
+	var fixture map[string]any
+	require.NoError(t, json.Unmarshal(raw, &fixture))
+	body, err := base64.StdEncoding.DecodeString(fixture["body"].(string))
+	require.NoError(t, err)
+	fixture["headers"].(map[string]any)["stripe-signature"] = stripetest.Sign(body, time.Now(), secretA)
+	payload, err := json.Marshal(fixture)
+	require.NoError(t, err)
+
+	out, err := lambda.NewHandler(b.handler.Handle).Invoke(ctx, payload)
+	require.NoError(t, err)
+	var resp struct {
+		StatusCode int               `json:"statusCode"`
+		Headers    map[string]string `json:"headers"`
+		Body       string            `json:"body"`
+	}
+	require.NoError(t, json.Unmarshal(out, &resp), "%s", out)
+	require.Equal(t, http.StatusOK, resp.StatusCode, resp.Body)
+	require.JSONEq(t, `{"received":true,"outcome":"stored"}`, resp.Body)
+
+	var endpoint, eventType, objectID string
+	var livemode, exact bool
+	var attempts int
+	var processed *time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+SELECT endpoint, event_type, object_id, livemode, attempts, processed_at,
+       payload = $1::jsonb AND payload_raw IS NULL
+  FROM webhook_inbox WHERE provider = 'stripe' AND event_id = 'evt_1QfUrl0000000000000000'`, string(body)).
+		Scan(&endpoint, &eventType, &objectID, &livemode, &attempts, &processed, &exact))
+	require.Equal(t, "billing", endpoint, "the endpoint is the request's path")
+	require.Equal(t, "invoice.paid", eventType)
+	require.Equal(t, "in_1QfUrl0000000000", objectID)
+	require.False(t, livemode)
+	require.Equal(t, 0, attempts)
+	require.Nil(t, processed, "the webhook only stores; the worker applies")
+	require.True(t, exact, "the payload is the decoded body")
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
+
+	// The same request again (Stripe's retry) is a duplicate.
+	out, err = lambda.NewHandler(b.handler.Handle).Invoke(ctx, payload)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(out, &resp))
+	require.JSONEq(t, `{"received":true,"outcome":"duplicate"}`, resp.Body)
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", ""))
 }

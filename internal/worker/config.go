@@ -109,7 +109,9 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every mistake, phrased as what to fix. The variable names
-// are those functions/worker reads.
+// are those functions/worker reads. It is the one place where the settings'
+// ranges are checked: config.LoadWorker only parses them and reports what
+// Validate finds, and New validates before it builds.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -130,15 +132,19 @@ func (c Config) Validate() error {
 	} else if c.BatchSize > MaxBatchSize {
 		add("BATCH_SIZE=%d: must be at most %d. Each receipt of a batch is a subtransaction, and PostgreSQL keeps %d per transaction in shared memory; past that, every snapshot in the database has to look subtransactions up in pg_subtrans, which slows the whole server down", c.BatchSize, MaxBatchSize, MaxBatchSize)
 	}
-	if c.StatementTimeout < 10*time.Millisecond {
-		add("STATEMENT_TIMEOUT=%s: must be at least 10ms", c.StatementTimeout)
+	if c.StatementTimeout < 10*time.Millisecond || c.StatementTimeout > 15*time.Minute {
+		add("STATEMENT_TIMEOUT=%s: must be from 10ms to 15m", c.StatementTimeout)
 	}
-	if c.Lease <= c.StatementTimeout {
+	if c.Lease < time.Second || c.Lease > time.Hour {
+		add("LEASE=%s: must be from 1s to 1h", c.Lease)
+	} else if c.Lease <= c.StatementTimeout {
 		add("LEASE=%s must be longer than STATEMENT_TIMEOUT=%s, or a receipt could be re-claimed while it is still being processed", c.Lease, c.StatementTimeout)
 	} else if c.Lease < time.Duration(c.ClaimLimit)*c.StatementTimeout {
 		add("LEASE=%s must be at least CLAIM_LIMIT x STATEMENT_TIMEOUT = %s, or the last receipt of a claim could outlive its lease before its turn", c.Lease, time.Duration(c.ClaimLimit)*c.StatementTimeout)
 	}
-	if c.DeadlineMargin <= c.StatementTimeout {
+	if c.DeadlineMargin < time.Second || c.DeadlineMargin > 15*time.Minute {
+		add("DEADLINE_MARGIN=%s: must be from 1s to 15m", c.DeadlineMargin)
+	} else if c.DeadlineMargin <= c.StatementTimeout {
 		add("DEADLINE_MARGIN=%s must be longer than STATEMENT_TIMEOUT=%s, so a receipt started before the margin finishes before the invocation ends", c.DeadlineMargin, c.StatementTimeout)
 	}
 	if c.PollInterval != 0 && (c.PollInterval < MinPollInterval || c.PollInterval > MaxPollInterval) {
@@ -147,8 +153,11 @@ func (c Config) Validate() error {
 	if c.Listen && c.PollInterval == 0 {
 		add("LISTEN=on needs POLL_INTERVAL > 0: only a resident worker listens for receipts (set POLL_INTERVAL, e.g. %s, or LISTEN=off)", DefaultPollInterval)
 	}
-	if c.BackoffBase <= 0 || c.BackoffCap < c.BackoffBase {
-		add("BACKOFF_BASE=%s and BACKOFF_CAP=%s: need 0 < base <= cap", c.BackoffBase, c.BackoffCap)
+	if c.BackoffBase < 10*time.Millisecond || c.BackoffBase > time.Hour {
+		add("BACKOFF_BASE=%s: must be from 10ms to 1h", c.BackoffBase)
+	}
+	if c.BackoffCap > 24*time.Hour || c.BackoffCap < c.BackoffBase {
+		add("BACKOFF_BASE=%s and BACKOFF_CAP=%s: need 0 < base <= cap <= 24h", c.BackoffBase, c.BackoffCap)
 	}
 	return errors.Join(errs...)
 }

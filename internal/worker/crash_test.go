@@ -56,9 +56,15 @@ func crashChild(url string) {
 		select {} // the middle of processing: effect applied, nothing committed
 	}
 	batch, _ := strconv.Atoi(os.Getenv(crashChildBatchEnv))
-	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, Lease: time.Minute, StatementTimeout: 30 * time.Second, DeadlineMargin: 40 * time.Second,
-		ClaimLimit: max(batch, 1), BatchSize: max(batch, 1)}.WithDefaults()
-	w := worker.New(pool, reg, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	// The lease is a minute (the parent processes 2 minutes later), so a
+	// claim of up to 6 receipts at 10s each fits in it, as New checks.
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, Lease: time.Minute, StatementTimeout: 10 * time.Second, DeadlineMargin: 40 * time.Second,
+		ClaimLimit: max(batch, 1), BatchSize: max(batch, 1)}
+	w, err := worker.New(pool, reg, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		fmt.Println("UNEXPECTED:", err)
+		os.Exit(3)
+	}
 	_, _ = w.Run(ctx)
 	fmt.Println("UNEXPECTED: run returned")
 	os.Exit(3)

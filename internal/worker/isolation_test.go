@@ -179,7 +179,7 @@ func TestBatchFallbackPastTheMarginGivesTheReceiptsBack(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, claimed, 5)
 
-			margin := time.Hour
+			margin := 10 * time.Minute // at most 15m (worker.Config.Validate)
 			w := b.newWorker(t, misbehavingRegistry(t), worker.Config{Concurrency: 1, DeadlineMargin: margin})
 			// The deadline is already within the margin (as if the batch had
 			// run into it), far enough away that the batch is not cut short.
@@ -235,7 +235,7 @@ func TestBatchSplitPastTheMarginGivesTheRestBack(t *testing.T) {
 	require.Len(t, other, 1)
 	require.Equal(t, "evt_s0", other[0].EventID)
 
-	const margin = time.Hour
+	const margin = 10 * time.Minute // at most 15m (worker.Config.Validate)
 	const statementTimeout = 100 * time.Millisecond
 	stopAt := time.Now().Add(time.Second)
 	reg := handlers.Default()

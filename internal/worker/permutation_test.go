@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,160 +14,6 @@ import (
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
-
-// lifecycle is one invoice's realistic sequence of live-mode events, the
-// test-mode events that come with it on a live endpoint, and the final facts
-// they state, which the state must end in whatever the order and however
-// often each event arrives.
-type lifecycle struct {
-	events      []lcEvent // live mode: booked
-	otherMode   []lcEvent // test mode: stored and ignored
-	finalStatus string
-	amountDue   int64    // from the newest invoice snapshot
-	ledger      []string // "invoice_id kind amount"
-}
-
-type lcEvent struct {
-	typ     string
-	created int64
-	object  map[string]any
-}
-
-// refundFact is one refund's history: the statuses it went through, in the
-// order Stripe sent them.
-type refundFact struct {
-	id       string
-	amount   int64
-	statuses []string
-}
-
-// entries are the ledger lines the refund's final facts call for: booked
-// if it ever succeeded, and reversed if it then failed or was canceled.
-func (f refundFact) entries(inv string) []string {
-	if !slices.Contains(f.statuses, "succeeded") {
-		return nil
-	}
-	out := []string{fmt.Sprintf("%s refund:%s %d", inv, f.id, -f.amount)}
-	if last := f.statuses[len(f.statuses)-1]; last == "failed" || last == "canceled" {
-		out = append(out, fmt.Sprintf("%s refund_reversal:%s %d", inv, f.id, f.amount))
-	}
-	return out
-}
-
-func makeLifecycle(r *rand.Rand, i int) lifecycle {
-	inv := fmt.Sprintf("in_%03d", i)
-	ch := "ch_" + inv
-	amount := int64(100 * (1 + r.IntN(50)))
-	var lc lifecycle
-	// Invoice snapshots: each later one has a later created and another
-	// amount_due, which the invoice must end with.
-	step := int64(0)
-	ev := func(typ, status string) lcEvent {
-		step++
-		o := stripetest.Invoice(inv, "cus_"+strconv.Itoa(i), status, amount)
-		o["amount_due"] = amount + 10*step
-		if status == "paid" && r.IntN(2) == 0 {
-			o["charge"] = ch // API versions before basil name the charge
-		}
-		lc.amountDue = amount + 10*step
-		return lcEvent{typ, stripetest.Created + step, o}
-	}
-	refundEv := func(typ string, f refundFact, status string) lcEvent {
-		return lcEvent{typ, stripetest.Created, stripetest.RefundIn(f.id, ch, status, f.amount)}
-	}
-	// listing is a charge.refunded listing each refund in the status given.
-	listing := func(withInvoice bool, refunds map[*refundFact]string) lcEvent {
-		var list []map[string]any
-		for f, st := range refunds {
-			list = append(list, stripetest.RefundIn(f.id, ch, st, f.amount))
-		}
-		linked := ""
-		if withInvoice {
-			linked = inv
-		}
-		return lcEvent{"charge.refunded", stripetest.Created, stripetest.ChargeWithRefundList(ch, linked, list...)}
-	}
-	refundFacts := func(facts ...refundFact) {
-		for _, f := range facts {
-			lc.ledger = append(lc.ledger, f.entries(inv)...)
-		}
-	}
-	lc.events = []lcEvent{ev("invoice.created", "draft"), ev("invoice.finalized", "open")}
-	payment := func() { lc.ledger = append(lc.ledger, fmt.Sprintf("%s payment %d", inv, amount)) }
-	switch r.IntN(6) {
-	case 0: // paid, then two refunds that go pending -> succeeded, with
-		// charge.refunded listing them as they stand
-		re1 := refundFact{"re_" + inv + "_1", 10, []string{"pending", "succeeded"}}
-		re2 := refundFact{"re_" + inv + "_2", 20, []string{"pending", "succeeded"}}
-		lc.events = append(lc.events, ev("invoice.paid", "paid"),
-			refundEv("refund.created", re1, "pending"),
-			refundEv("refund.updated", re1, "succeeded"),
-			listing(true, map[*refundFact]string{&re1: "succeeded"}),
-			refundEv("refund.created", re2, "pending"),
-			listing(true, map[*refundFact]string{&re1: "succeeded", &re2: "pending"}),
-			refundEv("charge.refund.updated", re2, "succeeded"),
-			listing(true, map[*refundFact]string{&re1: "succeeded", &re2: "succeeded"}))
-		lc.finalStatus = "paid"
-		payment()
-		refundFacts(re1, re2)
-		// A connected account's test-mode refund of the same ids.
-		lc.otherMode = append(lc.otherMode, refundEv("refund.updated", refundFact{"re_" + inv + "_3", 30, nil}, "succeeded"))
-	case 1: // paid; one refund succeeds then fails, one is canceled before
-		// it succeeds, one fails while pending; a listing shows several
-		// statuses at once
-		reF := refundFact{"re_" + inv + "_f", 40, []string{"succeeded", "failed"}}
-		reC := refundFact{"re_" + inv + "_c", 50, []string{"requires_action", "canceled"}}
-		reP := refundFact{"re_" + inv + "_p", 60, []string{"pending", "failed"}}
-		lc.events = append(lc.events, ev("invoice.paid", "paid"),
-			refundEv("refund.created", reF, "succeeded"),
-			refundEv("refund.failed", reF, "failed"),
-			refundEv("refund.updated", reF, "failed"),
-			refundEv("refund.created", reC, "requires_action"),
-			refundEv("refund.updated", reC, "canceled"),
-			refundEv("refund.created", reP, "pending"),
-			refundEv("refund.failed", reP, "failed"),
-			listing(r.IntN(2) == 0, map[*refundFact]string{&reF: "succeeded", &reC: "requires_action", &reP: "pending"}),
-			listing(true, map[*refundFact]string{&reF: "failed", &reC: "canceled", &reP: "failed"}))
-		lc.finalStatus = "paid"
-		payment()
-		refundFacts(reF, reC, reP)
-		lc.otherMode = append(lc.otherMode, refundEv("refund.updated", reC, "succeeded"))
-	case 5: // paid (2025-03-31.basil: invoice_payment.paid links the
-		// PaymentIntent only); each refund's first events name only the
-		// charge, a later one names the PaymentIntent too
-		pi := "pi_" + inv
-		withPI := func(e lcEvent) lcEvent { e.object["payment_intent"] = pi; return e }
-		reS := refundFact{"re_" + inv + "_s", 70, []string{"pending", "succeeded"}}
-		reF := refundFact{"re_" + inv + "_f", 80, []string{"succeeded", "failed"}}
-		lc.events = append(lc.events, ev("invoice.paid", "paid"),
-			lcEvent{"invoice_payment.paid", stripetest.Created, map[string]any{"id": "inpay_" + inv, "object": "invoice_payment", "invoice": inv,
-				"status": "paid", "payment": map[string]any{"type": "payment_intent", "payment_intent": pi}}},
-			refundEv("refund.created", reS, "pending"),
-			refundEv("charge.refund.updated", reS, "succeeded"),
-			withPI(refundEv("refund.updated", reS, "succeeded")),
-			refundEv("refund.created", reF, "succeeded"),
-			withPI(refundEv("refund.failed", reF, "failed")),
-			refundEv("refund.updated", reF, "failed"))
-		lc.finalStatus = "paid"
-		payment()
-		refundFacts(reS, reF)
-	case 2:
-		lc.events = append(lc.events, ev("invoice.voided", "void"))
-		lc.finalStatus = "void"
-		// A test-mode payment of the void invoice: booked, it would pay it or
-		// raise an anomaly.
-		lc.otherMode = append(lc.otherMode, lcEvent{"invoice.paid", stripetest.Created + 99, stripetest.Invoice(inv, "cus_x", "paid", amount)})
-	case 3:
-		lc.events = append(lc.events, ev("invoice.marked_uncollectible", "uncollectible"), ev("invoice.paid", "paid"))
-		lc.finalStatus = "paid"
-		payment()
-	default:
-		lc.events = append(lc.events, ev("invoice.marked_uncollectible", "uncollectible"), ev("invoice.voided", "void"))
-		lc.finalStatus = "void"
-		lc.otherMode = append(lc.otherMode, lcEvent{"invoice.created", stripetest.Created + 99, stripetest.Invoice(inv+"_test", "cus_x", "draft", amount)})
-	}
-	return lc
-}
 
 // TestAnyOrderAndDuplicatesGiveTheSameResult delivers random mixes of
 // several invoices' lifecycles, shuffled, with redeliveries of the same event
@@ -195,41 +40,18 @@ func TestAnyOrderAndDuplicatesGiveTheSameResult(t *testing.T) {
 			r := rand.New(rand.NewPCG(roundSeed, 0))
 			b := setup(t)
 
+			// Every story twice, with the test-mode events a live endpoint
+			// also receives, and a quarter of the facts as a second Event
+			// object; each event delivered one to three times, shuffled.
+			g := stripetest.NewGenerator(r, stripetest.Options{Livemode: true, OtherMode: true, TwinRate: 0.25, Each: true})
 			var deliveries [][]byte
-			var want []string
-			wantStatus := map[string]string{}
-			wantAmountDue := map[string]int64{}
-			otherMode := map[string]bool{} // event ids
-			for i := range 12 {
-				lc := makeLifecycle(r, i)
-				want = append(want, lc.ledger...)
-				inv := fmt.Sprintf("in_%03d", i)
-				wantStatus[inv] = lc.finalStatus
-				wantAmountDue[inv] = lc.amountDue
-				deliver := func(id string, e lcEvent, live bool) {
-					payload := stripetest.EventWith(id, e.typ, stripetest.Meta{Created: e.created, Livemode: live}, e.object)
-					deliveries = append(deliveries, payload)
-					for range r.IntN(3) { // redeliveries of the same event
-						deliveries = append(deliveries, payload)
-					}
-					if !live {
-						otherMode[id] = true
-					}
-					if r.IntN(4) == 0 { // the same fact as a separate Event object
-						deliveries = append(deliveries, stripetest.EventWith(id+"_twin", e.typ, stripetest.Meta{Created: e.created, Livemode: live}, e.object))
-						if !live {
-							otherMode[id+"_twin"] = true
-						}
-					}
-				}
-				for j, e := range lc.events {
-					deliver(fmt.Sprintf("evt_%03d_%d", i, j), e, true)
-				}
-				for j, e := range lc.otherMode {
-					deliver(fmt.Sprintf("evt_%03d_test_%d", i, j), e, false)
+			for _, ev := range g.Shuffled(2 * len(stripetest.Stories)) {
+				for range 1 + r.IntN(3) {
+					deliveries = append(deliveries, ev.Payload)
 				}
 			}
 			r.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+			want := g.Expect()
 			// Receive in two waves with a drain in between, so that some events
 			// are processed before others have even arrived.
 			half := len(deliveries) / 2
@@ -260,8 +82,7 @@ func TestAnyOrderAndDuplicatesGiveTheSameResult(t *testing.T) {
 			// call for: each paid invoice's payment, and each refund that
 			// succeeded (reversed if it then failed or was canceled), under
 			// its invoice whichever event came first; nothing from test mode.
-			slices.Sort(want)
-			require.Equal(t, want, b.ledger(t))
+			require.Equal(t, want.LedgerLines(), b.ledger(t))
 			rows, err := b.pool.Query(context.Background(), "SELECT invoice_id, sum(amount) FILTER (WHERE kind <> 'payment') FROM ledger_entries GROUP BY 1")
 			require.NoError(t, err)
 			gotNet := map[string]int64{}
@@ -275,41 +96,43 @@ func TestAnyOrderAndDuplicatesGiveTheSameResult(t *testing.T) {
 			}
 			require.NoError(t, rows.Err())
 			wantNet := map[string]int64{}
-			for _, e := range want {
-				var inv, kind string
-				var amount int64
-				_, err := fmt.Sscan(e, &inv, &kind, &amount)
-				require.NoError(t, err)
-				if kind != "payment" {
-					wantNet[inv] += amount
+			for k, amount := range want.Ledger {
+				if k.Kind != "payment" {
+					wantNet[k.Invoice] += amount
 				}
 			}
 			require.Equal(t, wantNet, gotNet, "net refunds per invoice")
 
-			require.Equal(t, len(otherMode), b.db.Count(t, "webhook_inbox", "outcome = 'ignored_other_mode'"))
-			require.Equal(t, len(otherMode), b.db.Count(t, "webhook_inbox", "NOT livemode"))
-			require.Equal(t, 0, b.db.Count(t, "invoices", "id LIKE '%_test'"))
-			require.Equal(t, 0, b.db.Count(t, "refunds", "id LIKE '%_3'"), "test-mode refunds are not even recorded")
-			for inv, due := range wantAmountDue {
-				var got int64
-				require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT amount_due FROM invoices WHERE id = $1", inv).Scan(&got))
-				require.Equal(t, due, got, "%s: amount_due of the newest snapshot", inv)
+			// The test-mode events are stored and ignored, and change nothing:
+			// the invoices and refunds are exactly those of the live events.
+			require.Equal(t, len(want.OtherMode), b.db.Count(t, "webhook_inbox", "outcome = 'ignored_other_mode' AND event_id = ANY ($1)", want.OtherMode))
+			require.Equal(t, len(want.OtherMode), b.db.Count(t, "webhook_inbox", "NOT livemode"))
+			gotInvoices := map[string]stripetest.InvoiceState{}
+			rows, err = b.pool.Query(context.Background(), "SELECT id, status, amount_due, amount_paid FROM invoices")
+			require.NoError(t, err)
+			for rows.Next() {
+				var id string
+				var st stripetest.InvoiceState
+				require.NoError(t, rows.Scan(&id, &st.Status, &st.AmountDue, &st.AmountPaid))
+				gotInvoices[id] = st
 			}
-			for inv, status := range wantStatus {
-				require.Equal(t, status, b.invoiceStatus(t, inv), inv)
+			require.NoError(t, rows.Err())
+			require.Equal(t, want.Invoices, gotInvoices, "status, the newest snapshot's amount_due, the payment")
+			gotRefunds := map[string]string{}
+			rows, err = b.pool.Query(context.Background(), "SELECT id, status FROM refunds")
+			require.NoError(t, err)
+			for rows.Next() {
+				var id, status string
+				require.NoError(t, rows.Scan(&id, &status))
+				gotRefunds[id] = status
 			}
+			require.NoError(t, rows.Err())
+			require.Equal(t, want.Refunds, gotRefunds, "test-mode refunds are not even recorded")
 			require.Equal(t, 0, b.db.Count(t, "anomalies", ""))
-			require.Equal(t, countPaid(wantStatus), b.db.Count(t, "outbox", ""), "one notification per paid invoice")
+			require.Equal(t, len(want.Payments), b.db.Count(t, "outbox", ""), "one notification per paid invoice")
+			for inv := range want.Payments {
+				require.Equal(t, 1, b.db.Count(t, "outbox", "aggregate_id = $1 AND event_type = 'InvoicePaymentBooked'", inv), inv)
+			}
 		})
 	}
-}
-
-func countPaid(m map[string]string) int {
-	n := 0
-	for _, s := range m {
-		if s == "paid" {
-			n++
-		}
-	}
-	return n
 }

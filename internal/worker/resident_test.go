@@ -87,7 +87,9 @@ func (b *testBundle) residentWorker(t *testing.T, pool *pgxpool.Pool, cfg worker
 	require.NoError(t, cfg.Validate())
 	watch := &idleWatch{}
 	em := metrics.New(io.Discard, "Test", map[string]string{"Service": "worker"}) // two workers may share b
-	return worker.New(pool, handlers.Default(), cfg, slog.New(watch), em), watch
+	w, err := worker.New(pool, handlers.Default(), cfg, slog.New(watch), em)
+	require.NoError(t, err)
+	return w, watch
 }
 
 // run starts w.Run on ctx and returns a function that waits for its result.
@@ -197,7 +199,8 @@ func TestResidentWorkerStopsAtTheMarginAndGivesBackUnstartedClaims(t *testing.T)
 		DeadlineMargin: margin, Lease: time.Minute, PollInterval: 10 * time.Millisecond}.WithDefaults()
 	require.NoError(t, cfg.Validate())
 	watch := &idleWatch{}
-	w := worker.New(b.pool, reg, cfg, slog.New(watch), metrics.New(b.metrics, "Test", nil))
+	w, err := worker.New(b.pool, reg, cfg, slog.New(watch), metrics.New(b.metrics, "Test", nil))
+	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), margin+8*time.Second)
 	defer cancel()

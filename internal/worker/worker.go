@@ -50,9 +50,26 @@ type Worker struct {
 	latency *latencyRecorder
 }
 
-// New returns a Worker. cfg must have passed Validate (after WithDefaults).
-func New(pool *pgxpool.Pool, reg handlers.Registry, cfg Config, logger *slog.Logger, em *metrics.Emitter) *Worker {
-	return &Worker{pool: pool, handlers: reg, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }, Jitter: rand.Float64, latency: &latencyRecorder{}}
+// New returns a Worker, as River's NewClient does: it fills cfg's zero
+// fields with the defaults (WithDefaults), then validates it, and returns an
+// error saying what to fix instead of a worker that would break a
+// guarantee. em may be nil (no metrics).
+func New(pool *pgxpool.Pool, reg handlers.Registry, cfg Config, logger *slog.Logger, em *metrics.Emitter) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	errs := []error{cfg.Validate()}
+	if pool == nil {
+		errs = append(errs, errors.New("no database pool"))
+	}
+	if reg == nil {
+		errs = append(errs, errors.New("no handler registry (handlers.Default())"))
+	}
+	if logger == nil {
+		errs = append(errs, errors.New("no logger"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid worker configuration: %w", err)
+	}
+	return &Worker{pool: pool, handlers: reg, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }, Jitter: rand.Float64, latency: &latencyRecorder{}}, nil
 }
 
 // Outcome of processing one claimed receipt.

@@ -73,7 +73,9 @@ func (b *testBundle) newWorker(t *testing.T, reg handlers.Registry, cfg worker.C
 	if os.Getenv("INBOX_TEST_LOG") != "" {
 		logOut = os.Stderr
 	}
-	return worker.New(b.pool, reg, cfg, slog.New(slog.NewJSONHandler(logOut, nil)), em)
+	w, err := worker.New(b.pool, reg, cfg, slog.New(slog.NewJSONHandler(logOut, nil)), em)
+	require.NoError(t, err)
+	return w
 }
 
 // receive stores an event as the webhook would: signed, verified, stored.

@@ -257,7 +257,8 @@ func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.D
 	// the default batch.
 	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: drainers, BatchSize: batch}.WithDefaults()
 	check(cfg.Validate())
-	w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
+	w, err := worker.New(pool, handlers.Default(), cfg, quiet, nil)
+	check(err)
 	warm(ctx, pool)
 	start := time.Now()
 	s, err := w.Run(ctx)
@@ -398,7 +399,8 @@ func scale(ctx context.Context, out io.Writer) {
 		ctxRun, cancel := context.WithTimeout(ctx, 60*time.Second)
 		pool := openWorkerPool(ctx, 5)
 		cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 4}.WithDefaults()
-		w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
+		w, err := worker.New(pool, handlers.Default(), cfg, quiet, nil)
+		check(err)
 		// Bound the run by deadline: ~ 30s of draining.
 		start := time.Now()
 		s, err := w.Run(ctxRun)
@@ -450,7 +452,8 @@ func purge(ctx context.Context, out io.Writer) {
 	cfg := retention.Config{BatchSize: 1000}.WithDefaults()
 	check(cfg.Validate())
 	pool := open(ctx, 2)
-	p := retention.New(pool, cfg, quiet, nil)
+	p, err := retention.New(pool, cfg, quiet, nil)
+	check(err)
 	done := make(chan struct{})
 	var sum retention.Summary
 	var perr error

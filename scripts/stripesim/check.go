@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stripe-inbox/inbox/internal/stripetest"
 )
 
-// The simulator's own reads. Every query is scoped to one run's ids (which
-// all start with the run prefix), so runs can share a database.
+// The simulator's own reads, one table each. Every query is scoped to one
+// run's ids (which all carry the run prefix), so runs can share a database.
 const (
 	// $1 endpoint, $2 event id prefix, $3 max attempts.
 	countPending = `
@@ -19,16 +21,18 @@ SELECT count(*) FROM webhook_inbox
 
 	// $1 endpoint, $2 event id prefix.
 	selectReceipts = `
-SELECT event_id, processed_at IS NOT NULL, attempts FROM webhook_inbox
+SELECT event_id, processed_at IS NOT NULL, attempts, coalesce(outcome, '') FROM webhook_inbox
  WHERE provider = 'stripe' AND endpoint = $1 AND starts_with(event_id, $2)`
 
 	// $1 invoice id prefix.
-	selectInvoices = `SELECT id, status, amount_paid FROM invoices WHERE starts_with(id, $1)`
+	selectInvoices = `SELECT id, status, amount_due, amount_paid FROM invoices WHERE starts_with(id, $1)`
 
-	// $1 invoice id prefix, $2 charge id prefix, $3 refund kind prefix.
+	// $1 the run's id prefixes (in_, ch_, pi_, re_), $2 the refund kinds'
+	// prefixes. A refund's entries are under its invoice once any event has
+	// named it, before that under its charge, PaymentIntent or own id.
 	selectLedger = `
 SELECT invoice_id, kind, amount FROM ledger_entries
- WHERE starts_with(invoice_id, $1) OR starts_with(invoice_id, $2) OR starts_with(kind, $3)`
+ WHERE invoice_id ^@ ANY ($1::text[]) OR kind ^@ ANY ($2::text[])`
 
 	// $1 invoice id prefix.
 	selectOutbox = `
@@ -36,26 +40,72 @@ SELECT aggregate_id, count(*) FROM outbox
  WHERE event_type = 'InvoicePaymentBooked' AND starts_with(aggregate_id, $1)
  GROUP BY aggregate_id`
 
-	// $1 invoice id prefix, $2 charge id prefix.
-	countAnomalies = `
-SELECT count(*) FROM anomalies WHERE starts_with(subject_id, $1) OR starts_with(subject_id, $2)`
+	// $1 the run's id prefixes.
+	countAnomalies = `SELECT count(*) FROM anomalies WHERE subject_id ^@ ANY ($1::text[])`
 )
 
-// result is what the check found.
-type result struct {
-	Receipts    int // receipt rows of this run
-	ReceiptLost int // events answered 2xx without a receipt row
-	Lost        int // expected effects missing (invoice, ledger entry, outbox row)
-	Wrong       int // effects present with the wrong status or amount
-	Doubled     int // ledger rows or outbox rows beyond the expected ones
+// receiptsResult is the check of webhook_inbox.
+type receiptsResult struct {
+	Rows        int // receipt rows of this run
+	Lost        int // events answered 2xx without a receipt row
 	Unprocessed int // receipts with processed_at NULL
 	NeedsReview int // unprocessed receipts at the attempt limit
 	Reattempted int // processed receipts that took more than one attempt
-	Anomalies   int // anomaly rows (none of the stories should raise one)
+	Wrong       int // other-mode receipts not marked ignored_other_mode, or booked-mode ones that were
 }
 
+// invoicesResult is the check of invoices.
+type invoicesResult struct {
+	Lost  int // expected invoices missing
+	Wrong int // wrong status, amount_due or amount_paid, or an invoice no event of the booked mode names
+}
+
+// ledgerResult is the check of ledger_entries.
+type ledgerResult struct {
+	Lost    int // expected entries missing (including one booked under another key)
+	Wrong   int // entries with the wrong amount
+	Doubled int // entries beyond the expected ones (including one booked under another key)
+}
+
+// outboxResult is the check of the outbox.
+type outboxResult struct {
+	Lost    int // paid invoices without their InvoicePaymentBooked row
+	Doubled int // rows beyond one per paid invoice
+}
+
+// result is what the check found, table by table.
+type result struct {
+	Receipts  receiptsResult
+	Invoices  invoicesResult
+	Ledger    ledgerResult
+	Outbox    outboxResult
+	Anomalies int // anomaly rows (none of the stories should raise one)
+}
+
+func (r result) lost() int    { return r.Invoices.Lost + r.Ledger.Lost + r.Outbox.Lost }
+func (r result) wrong() int   { return r.Receipts.Wrong + r.Invoices.Wrong + r.Ledger.Wrong }
+func (r result) doubled() int { return r.Ledger.Doubled + r.Outbox.Doubled }
+
 func (r result) failed() bool {
-	return r.ReceiptLost+r.Lost+r.Wrong+r.Doubled+r.Unprocessed+r.Anomalies > 0
+	return r.Receipts.Lost+r.Receipts.Unprocessed+r.lost()+r.wrong()+r.doubled()+r.Anomalies > 0
+}
+
+// tables describes each table's check in one line.
+func (r result) tables() []string {
+	return []string{
+		fmt.Sprintf("receipts: rows=%d lost=%d unprocessed=%d needs_review=%d reattempted=%d wrong=%d",
+			r.Receipts.Rows, r.Receipts.Lost, r.Receipts.Unprocessed, r.Receipts.NeedsReview, r.Receipts.Reattempted, r.Receipts.Wrong),
+		fmt.Sprintf("invoices: lost=%d wrong=%d", r.Invoices.Lost, r.Invoices.Wrong),
+		fmt.Sprintf("ledger: lost=%d wrong=%d doubled=%d", r.Ledger.Lost, r.Ledger.Wrong, r.Ledger.Doubled),
+		fmt.Sprintf("outbox: lost=%d doubled=%d", r.Outbox.Lost, r.Outbox.Doubled),
+		fmt.Sprintf("anomalies: rows=%d", r.Anomalies),
+	}
+}
+
+// perTable is the per-table part of the figures line.
+func (r result) perTable() string {
+	return fmt.Sprintf("receipts_wrong=%d invoices_lost=%d invoices_wrong=%d ledger_lost=%d ledger_wrong=%d ledger_doubled=%d outbox_lost=%d outbox_doubled=%d",
+		r.Receipts.Wrong, r.Invoices.Lost, r.Invoices.Wrong, r.Ledger.Lost, r.Ledger.Wrong, r.Ledger.Doubled, r.Outbox.Lost, r.Outbox.Doubled)
 }
 
 // connect retries until the database answers or ctx ends: the check may
@@ -99,21 +149,47 @@ func waitDrained(ctx context.Context, url, endpoint, run string, maxAttempts int
 	}
 }
 
-// check compares the database with exp and the set of acknowledged events.
-func check(ctx context.Context, conn *pgx.Conn, endpoint, run string, maxAttempts int, exp expected, acked []string) (result, error) {
+// check compares each table with exp and the set of acknowledged events.
+func check(ctx context.Context, conn *pgx.Conn, endpoint, run string, maxAttempts int, exp stripetest.Expected, acked []string) (result, error) {
 	var r result
-	evtPrefix, invPrefix, chPrefix := "evt_"+run+"_", "in_"+run+"_", "ch_"+run+"_"
+	var err error
+	ids := []string{"in_" + run + "_", "ch_" + run + "_", "pi_" + run + "_", "re_" + run + "_"}
+	if r.Receipts, err = checkReceipts(ctx, conn, endpoint, "evt_"+run+"_", maxAttempts, exp, acked); err != nil {
+		return r, err
+	}
+	if r.Invoices, err = checkInvoices(ctx, conn, ids[0], exp); err != nil {
+		return r, err
+	}
+	if r.Ledger, err = checkLedger(ctx, conn, ids, []string{"refund:re_" + run + "_", "refund_reversal:re_" + run + "_"}, exp); err != nil {
+		return r, err
+	}
+	if r.Outbox, err = checkOutbox(ctx, conn, ids[0], exp); err != nil {
+		return r, err
+	}
+	if err := conn.QueryRow(ctx, countAnomalies, ids).Scan(&r.Anomalies); err != nil {
+		return r, fmt.Errorf("counting anomalies: %w", err)
+	}
+	return r, nil
+}
 
+// checkReceipts: every 2xx'd event has a receipt; every receipt is
+// processed, the other mode's as ignored_other_mode and no other.
+func checkReceipts(ctx context.Context, conn *pgx.Conn, endpoint, prefix string, maxAttempts int, exp stripetest.Expected, acked []string) (receiptsResult, error) {
+	var r receiptsResult
+	other := map[string]bool{}
+	for _, id := range exp.OtherMode {
+		other[id] = true
+	}
 	receipts := map[string]bool{}
-	rows, err := conn.Query(ctx, selectReceipts, endpoint, evtPrefix)
+	rows, err := conn.Query(ctx, selectReceipts, endpoint, prefix)
 	if err != nil {
 		return r, fmt.Errorf("reading receipts: %w", err)
 	}
 	for rows.Next() {
-		var id string
+		var id, outcome string
 		var processed bool
 		var attempts int
-		if err := rows.Scan(&id, &processed, &attempts); err != nil {
+		if err := rows.Scan(&id, &processed, &attempts, &outcome); err != nil {
 			return r, fmt.Errorf("reading receipts: %w", err)
 		}
 		receipts[id] = true
@@ -125,32 +201,39 @@ func check(ctx context.Context, conn *pgx.Conn, endpoint, run string, maxAttempt
 			if attempts >= maxAttempts {
 				r.NeedsReview++
 			}
+		} else if other[id] != (outcome == "ignored_other_mode") {
+			r.Wrong++
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("reading receipts: %w", err)
 	}
-	r.Receipts = len(receipts)
+	r.Rows = len(receipts)
 	for _, id := range acked {
 		if !receipts[id] {
-			r.ReceiptLost++
+			r.Lost++
 		}
 	}
+	return r, nil
+}
 
+// checkInvoices: exactly the expected invoices, each with its final status,
+// the newest snapshot's amount_due and, when paid, the payment.
+func checkInvoices(ctx context.Context, conn *pgx.Conn, prefix string, exp stripetest.Expected) (invoicesResult, error) {
+	var r invoicesResult
 	seen := map[string]bool{}
-	rows, err = conn.Query(ctx, selectInvoices, invPrefix)
+	rows, err := conn.Query(ctx, selectInvoices, prefix)
 	if err != nil {
 		return r, fmt.Errorf("reading invoices: %w", err)
 	}
 	for rows.Next() {
-		var id, status string
-		var paid int64
-		if err := rows.Scan(&id, &status, &paid); err != nil {
+		var id string
+		var got stripetest.InvoiceState
+		if err := rows.Scan(&id, &got.Status, &got.AmountDue, &got.AmountPaid); err != nil {
 			return r, fmt.Errorf("reading invoices: %w", err)
 		}
 		seen[id] = true
-		want, ok := exp.Invoices[id]
-		if !ok || want.Status != status || (status == "paid" && want.AmountPaid != paid) {
+		if want, ok := exp.Invoices[id]; !ok || want != got {
 			r.Wrong++
 		}
 	}
@@ -162,67 +245,52 @@ func check(ctx context.Context, conn *pgx.Conn, endpoint, run string, maxAttempt
 			r.Lost++
 		}
 	}
+	return r, nil
+}
 
-	// Ledger: one 'payment' per paid invoice, one 'refund:<id>' per refund
-	// (booked against the invoice or the charge, depending on which event
-	// got there first).
-	type booking struct {
-		count  int
-		amount int64
-	}
-	ledger := map[string]*booking{}
-	rows, err = conn.Query(ctx, selectLedger, invPrefix, chPrefix, "refund:re_"+run+"_")
+// checkLedger: exactly the expected entries, by their unique key (invoice,
+// kind): a payment per paid invoice, a refund (and reversal) per refund
+// that succeeded (and then failed), under the invoice.
+func checkLedger(ctx context.Context, conn *pgx.Conn, ids, kinds []string, exp stripetest.Expected) (ledgerResult, error) {
+	var r ledgerResult
+	got := map[stripetest.LedgerKey]int64{}
+	rows, err := conn.Query(ctx, selectLedger, ids, kinds)
 	if err != nil {
 		return r, fmt.Errorf("reading ledger: %w", err)
 	}
 	for rows.Next() {
-		var subject, kind string
+		var k stripetest.LedgerKey
 		var amount int64
-		if err := rows.Scan(&subject, &kind, &amount); err != nil {
+		if err := rows.Scan(&k.Invoice, &k.Kind, &amount); err != nil {
 			return r, fmt.Errorf("reading ledger: %w", err)
 		}
-		key := kind
-		if kind == "payment" {
-			key = "payment:" + subject
-		}
-		b := ledger[key]
-		if b == nil {
-			b = &booking{}
-			ledger[key] = b
-		}
-		b.count++
-		b.amount = amount
+		got[k] = amount
 	}
 	if err := rows.Err(); err != nil {
 		return r, fmt.Errorf("reading ledger: %w", err)
 	}
-	want := map[string]int64{}
-	for inv, amt := range exp.Payments {
-		want["payment:"+inv] = amt
-	}
-	for re, amt := range exp.Refunds {
-		want["refund:"+re] = amt
-	}
-	for key, amt := range want {
-		b := ledger[key]
+	for k, want := range exp.Ledger {
+		amount, ok := got[k]
 		switch {
-		case b == nil:
+		case !ok:
 			r.Lost++
-		case b.amount != amt:
+		case amount != want:
 			r.Wrong++
 		}
 	}
-	for key, b := range ledger {
-		if _, ok := want[key]; !ok {
-			r.Doubled += b.count
-		} else if b.count > 1 {
-			r.Doubled += b.count - 1
+	for k := range got {
+		if _, ok := exp.Ledger[k]; !ok {
+			r.Doubled++
 		}
 	}
+	return r, nil
+}
 
-	// Outbox: exactly one InvoicePaymentBooked per paid invoice.
+// checkOutbox: exactly one InvoicePaymentBooked per paid invoice.
+func checkOutbox(ctx context.Context, conn *pgx.Conn, prefix string, exp stripetest.Expected) (outboxResult, error) {
+	var r outboxResult
 	outbox := map[string]int{}
-	rows, err = conn.Query(ctx, selectOutbox, invPrefix)
+	rows, err := conn.Query(ctx, selectOutbox, prefix)
 	if err != nil {
 		return r, fmt.Errorf("reading outbox: %w", err)
 	}
@@ -248,10 +316,6 @@ func check(ctx context.Context, conn *pgx.Conn, endpoint, run string, maxAttempt
 		} else if n > 1 {
 			r.Doubled += n - 1
 		}
-	}
-
-	if err := conn.QueryRow(ctx, countAnomalies, invPrefix, chPrefix).Scan(&r.Anomalies); err != nil {
-		return r, fmt.Errorf("counting anomalies: %w", err)
 	}
 	return r, nil
 }

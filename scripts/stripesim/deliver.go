@@ -17,6 +17,10 @@ import (
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 )
 
+// event is one Stripe Event object as the simulator sends it: unsigned;
+// each delivery attempt signs it afresh.
+type event = stripetest.Generated
+
 // delivery is one scheduled delivery of an event: Stripe sending it once,
 // or (copies = 2) two copies of it at the same moment.
 type delivery struct {
@@ -198,13 +202,13 @@ func (s *sender) deliver(ctx context.Context, ev *event, solo bool) {
 func (s *sender) post(ctx context.Context, ev *event) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(ev.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(ev.Payload))
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
-	req.Header.Set("Stripe-Signature", stripetest.Sign(ev.Body, time.Now(), s.secret))
+	req.Header.Set("Stripe-Signature", stripetest.Sign(ev.Payload, time.Now(), s.secret))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, nil, err

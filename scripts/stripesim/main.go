@@ -1,10 +1,13 @@
 // Command stripesim plays Stripe against the local webhook, then checks that
 // the database ended exactly where the events say it must.
 //
-// It generates invoice lifecycles (created, finalized, paid, voided,
-// marked_uncollectible then paid or voided, refunds as refund.created and
-// charge.refunded with the refund list expanded) whose final state does not
-// depend on delivery order, and delivers them the way Stripe does: shuffled
+// It generates invoice lifecycles with internal/stripetest's generator (the
+// one the permutation test uses: created, finalized, paid, voided,
+// marked_uncollectible then paid or voided, refunds that succeed, fail or are
+// canceled, told by refund.* events and charge.refunded listings, payments
+// linked by charge or PaymentIntent, and by default events of the other
+// Stripe mode, which must be ignored), whose final state does not depend on
+// delivery order, and delivers them the way Stripe does: shuffled
 // (seeded; the seed is printed), about 10% delivered twice with the same
 // event id (half of those as two concurrent requests), some facts sent as two
 // Event objects with different ids, signed afresh on every attempt, and
@@ -12,9 +15,14 @@
 // within bounds.
 //
 // Then it waits (bounded) for the worker to drain the run's receipts and
-// compares the database with the expected state, printing one line:
+// compares the database with the expected state table by table (receipts,
+// invoices, ledger, outbox, anomalies; one line each on stderr), printing one
+// line of figures:
 //
 //	scenario=<name> sent=.. ok2xx=.. retries=.. faults=.. lost=.. doubled=.. unprocessed=.. needs_review=.. ...
+//
+// lost, wrong and doubled are the sums over the tables; the per-table
+// figures follow (invoices_lost=.. ledger_doubled=.. and so on).
 //
 // It exits 1 when anything was lost, doubled, wrong or left unprocessed, when
 // a 2xx'd event has no receipt row, or when a delivery never got a 2xx.
@@ -39,6 +47,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stripe-inbox/inbox/internal/stripetest"
 )
 
 type options struct {
@@ -52,6 +62,8 @@ type options struct {
 	seed        uint64
 	dupRate     float64
 	twinRate    float64
+	live        bool // the worker's STRIPE_MODE is live
+	otherMode   bool // also send events of the other mode
 	concurrency int
 	rate        float64
 	policy      retryPolicy
@@ -69,6 +81,8 @@ type state struct {
 	Seed        uint64   `json:"seed"`
 	Invoices    int      `json:"invoices"`
 	TwinRate    float64  `json:"twin_rate"`
+	Live        bool     `json:"live"`
+	OtherMode   bool     `json:"other_mode"`
 	Sent        int64    `json:"sent"`
 	OK2xx       int64    `json:"ok2xx"`
 	Retries     int64    `json:"retries"`
@@ -90,6 +104,8 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 0, "shuffle and generation seed (0: random, printed)")
 	flag.Float64Var(&o.dupRate, "dup-rate", 0.10, "share of events delivered twice with the same id")
 	flag.Float64Var(&o.twinRate, "twin-rate", 0.05, "share of facts sent as two Event objects (different ids)")
+	mode := flag.String("mode", "test", "the worker's STRIPE_MODE (test or live): the mode of the events to be booked")
+	flag.BoolVar(&o.otherMode, "other-mode", true, "also send events of the other mode, which must be stored and ignored")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "deliveries in flight at once")
 	flag.Float64Var(&o.rate, "rate", 0, "new deliveries per second at most (0: as fast as concurrency allows)")
 	flag.IntVar(&o.policy.MaxTries, "max-tries", 20, "attempts per delivery before giving up")
@@ -104,6 +120,11 @@ func main() {
 	flag.StringVar(&o.faultsFile, "faults-file", "", "read the fault count from this file when reporting (for a caller that injects faults while stripesim runs)")
 	flag.StringVar(&o.state, "state", "", "state file between -phase send and -phase check")
 	flag.Parse()
+	o.live = *mode == "live"
+	if *mode != "live" && *mode != "test" {
+		fmt.Fprintf(os.Stderr, "stripesim: -mode=%q: must be test or live (the worker's STRIPE_MODE)\n", *mode)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -146,7 +167,7 @@ func run(ctx context.Context, o options) (int, error) {
 		if err := json.Unmarshal(b, &st); err != nil {
 			return 2, fmt.Errorf("reading -state: %w", err)
 		}
-		o.seed, o.invoices, o.twinRate = st.Seed, st.Invoices, st.TwinRate
+		o.seed, o.invoices, o.twinRate, o.live, o.otherMode = st.Seed, st.Invoices, st.TwinRate, st.Live, st.OtherMode
 	}
 	return verify(ctx, o, st)
 }
@@ -186,12 +207,25 @@ func runID(seed uint64) string { return fmt.Sprintf("s%x", seed) }
 
 func rngFor(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
 
+// generate makes the run's events with the generator of internal/stripetest,
+// deterministically from rng, and the state they must end in.
+func generate(rng *rand.Rand, o options) ([]event, stripetest.Expected) {
+	g := stripetest.NewGenerator(rng, stripetest.Options{
+		Prefix: runID(o.seed), Livemode: o.live, OtherMode: o.otherMode, TwinRate: o.twinRate,
+	})
+	var evs []event
+	for _, l := range g.Lifecycles(o.invoices) {
+		evs = append(evs, l.All()...)
+	}
+	return evs, g.Expect()
+}
+
 func send(ctx context.Context, o options) state {
 	rng := rngFor(o.seed)
-	sc := generate(rng, runID(o.seed), o.invoices, o.twinRate)
-	ds, dups := plan(rng, sc.Events, o.dupRate)
-	fmt.Fprintf(os.Stderr, "stripesim: scenario=%s seed=%d invoices=%d events=%d twins=%d duplicates=%d deliveries=%d concurrency=%d\n",
-		o.scenario, o.seed, o.invoices, len(sc.Events), sc.Twins, dups, len(ds), o.concurrency)
+	evs, exp := generate(rng, o)
+	ds, dups := plan(rng, evs, o.dupRate)
+	fmt.Fprintf(os.Stderr, "stripesim: scenario=%s seed=%d invoices=%d events=%d twins=%d other_mode=%d duplicates=%d deliveries=%d concurrency=%d\n",
+		o.scenario, o.seed, o.invoices, len(evs), exp.Twins, len(exp.OtherMode), dups, len(ds), o.concurrency)
 
 	s := newSender(o.url, firstSecret(o.secret), o.concurrency, o.policy, o.httpTimeout)
 	sendCtx, cancel := context.WithTimeout(ctx, o.sendTimeout)
@@ -202,7 +236,7 @@ func send(ctx context.Context, o options) state {
 		time.Since(start).Round(time.Millisecond), s.sent.Load(), s.ok2xx.Load(), s.retries.Load(), s.undelivered.Load(), s.ambiguous.Load(), s.statusSummary())
 
 	st := state{
-		Seed: o.seed, Invoices: o.invoices, TwinRate: o.twinRate,
+		Seed: o.seed, Invoices: o.invoices, TwinRate: o.twinRate, Live: o.live, OtherMode: o.otherMode,
 		Sent: s.sent.Load(), OK2xx: s.ok2xx.Load(), Retries: s.retries.Load(), Undelivered: s.undelivered.Load(),
 		Ambiguous: s.ambiguous.Load(), Statuses: s.statusSummary(),
 	}
@@ -214,7 +248,7 @@ func send(ctx context.Context, o options) state {
 
 func verify(ctx context.Context, o options, st state) (int, error) {
 	run := runID(o.seed)
-	sc := generate(rngFor(o.seed), run, o.invoices, o.twinRate)
+	evs, exp := generate(rngFor(o.seed), o)
 
 	waited, drained := waitDrained(ctx, o.db, o.endpoint, run, o.maxAttempts, o.drainFor)
 	fmt.Fprintf(os.Stderr, "stripesim: drain wait %s (drained=%t)\n", waited.Round(time.Millisecond), drained)
@@ -226,9 +260,12 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 		return 2, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	r, err := check(checkCtx, conn, o.endpoint, run, o.maxAttempts, sc.Expected, st.Acked)
+	r, err := check(checkCtx, conn, o.endpoint, run, o.maxAttempts, exp, st.Acked)
 	if err != nil {
 		return 2, err
+	}
+	for _, line := range r.tables() {
+		fmt.Fprintln(os.Stderr, "stripesim: check", line)
 	}
 	if o.faultsFile != "" {
 		if b, err := os.ReadFile(o.faultsFile); err == nil {
@@ -237,9 +274,10 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 			}
 		}
 	}
-	fmt.Printf("scenario=%s sent=%d ok2xx=%d retries=%d faults=%d lost=%d doubled=%d unprocessed=%d needs_review=%d receipt_lost=%d wrong=%d anomalies=%d undelivered=%d ambiguous=%d reattempted=%d events=%d receipts=%d non2xx=%s seed=%d\n",
-		o.scenario, st.Sent, st.OK2xx, st.Retries, o.faults, r.Lost, r.Doubled, r.Unprocessed, r.NeedsReview,
-		r.ReceiptLost, r.Wrong, r.Anomalies, st.Undelivered, st.Ambiguous, r.Reattempted, len(sc.Events), r.Receipts, st.Statuses, o.seed)
+	fmt.Printf("scenario=%s sent=%d ok2xx=%d retries=%d faults=%d lost=%d doubled=%d unprocessed=%d needs_review=%d receipt_lost=%d wrong=%d anomalies=%d undelivered=%d ambiguous=%d reattempted=%d events=%d receipts=%d other_mode=%d non2xx=%s seed=%d %s\n",
+		o.scenario, st.Sent, st.OK2xx, st.Retries, o.faults, r.lost(), r.doubled(), r.Receipts.Unprocessed, r.Receipts.NeedsReview,
+		r.Receipts.Lost, r.wrong(), r.Anomalies, st.Undelivered, st.Ambiguous, r.Receipts.Reattempted, len(evs), r.Receipts.Rows,
+		len(exp.OtherMode), st.Statuses, o.seed, r.perTable())
 	if r.failed() || st.Undelivered > 0 {
 		return 1, errors.New("check failed: see the figures line")
 	}

@@ -1,15 +1,23 @@
-package approle
+package config_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/approle"
+	"github.com/stripe-inbox/inbox/internal/config"
+)
+
+const (
+	password1 = "first-Password-0123456789"
+	password2 = "second-Password-9876543210"
 )
 
 const testSecretARN = "arn:aws:secretsmanager:us-east-1:000000000000:secret:app-AbCdEf"
 
-func awsEnv(overrides map[string]string) func(string) string {
+func migrateEnv(overrides map[string]string) config.Env {
 	m := map[string]string{
 		"DB_PROXY_HOST":         "inbox.proxy-abc.us-east-1.rds.amazonaws.com",
 		"DB_PROXY_PORT":         "5432",
@@ -35,16 +43,16 @@ func awsEnv(overrides map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-func TestLoadConfig(t *testing.T) {
+func TestMigrate(t *testing.T) {
 	t.Parallel()
 
 	t.Run("AWS", func(t *testing.T) {
 		t.Parallel()
-		c, err := LoadConfig(awsEnv(nil))
+		c, err := config.LoadMigrate(migrateEnv(nil))
 		require.NoError(t, err)
 		require.Equal(t, "inbox_owner", c.Database.User)
 		require.Equal(t, 5432, c.Database.ProxyPort)
-		require.Equal(t, Roles{Owner: "inbox_schema_owner", Webhook: "inbox_webhook", Worker: "inbox_worker", Purge: "inbox_purge",
+		require.Equal(t, approle.Roles{Owner: "inbox_schema_owner", Webhook: "inbox_webhook", Worker: "inbox_worker", Purge: "inbox_purge",
 			Retired: []string{"inbox_app"}}, c.Roles)
 		require.Equal(t, map[string]string{"webhook": testSecretARN + "webhook", "worker": testSecretARN + "worker", "purge": testSecretARN + "purge"},
 			c.SecretARNs)
@@ -53,7 +61,7 @@ func TestLoadConfig(t *testing.T) {
 
 	t.Run("AWS, keeping the earlier release's shared role", func(t *testing.T) {
 		t.Parallel()
-		c, err := LoadConfig(awsEnv(map[string]string{"RETIRED_DB_USERS": "", "LEGACY_DB_USER": "inbox_app", "LEGACY_DB_SECRET_ARN": testSecretARN + "app"}))
+		c, err := config.LoadMigrate(migrateEnv(map[string]string{"RETIRED_DB_USERS": "", "LEGACY_DB_USER": "inbox_app", "LEGACY_DB_SECRET_ARN": testSecretARN + "app"}))
 		require.NoError(t, err)
 		require.Equal(t, "inbox_app", c.Roles.Legacy)
 		require.Empty(t, c.Roles.Retired)
@@ -62,7 +70,7 @@ func TestLoadConfig(t *testing.T) {
 
 	t.Run("Local", func(t *testing.T) {
 		t.Parallel()
-		c, err := LoadConfig(func(k string) string {
+		c, err := config.LoadMigrate(func(k string) string {
 			return map[string]string{
 				"DATABASE_URL":        "postgres://postgres@127.0.0.1:5432/inbox?sslmode=disable",
 				"SCHEMA_OWNER_ROLE":   "inbox_schema_owner",
@@ -76,7 +84,7 @@ func TestLoadConfig(t *testing.T) {
 			}[k]
 		})
 		require.NoError(t, err)
-		require.Equal(t, Passwords{Webhook: password1, Worker: password2, Purge: password1}, c.Passwords)
+		require.Equal(t, approle.Passwords{Webhook: password1, Worker: password2, Purge: password1}, c.Passwords)
 		require.Empty(t, c.SecretARNs)
 		require.Zero(t, c.ConnectWait)
 	})
@@ -107,32 +115,11 @@ func TestLoadConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := LoadConfig(awsEnv(tc.env))
+			_, err := config.LoadMigrate(migrateEnv(tc.env))
 			require.Error(t, err)
 			for _, w := range tc.want {
 				require.ErrorContains(t, err, w)
 			}
-		})
-	}
-}
-
-func TestPasswordFromSecret(t *testing.T) {
-	t.Parallel()
-
-	pw, err := PasswordFromSecret(`{"username":"inbox_webhook","password":"`+password1+`","engine":"postgres"}`, "inbox_webhook")
-	require.NoError(t, err)
-	require.Equal(t, password1, pw)
-
-	for _, tc := range []struct{ name, text, want string }{
-		{"not JSON", "whsec_x", "not JSON"},
-		{"other user", `{"username":"inbox_owner","password":"` + password1 + `"}`, `for user "inbox_owner"`},
-		{"no password", `{"username":"inbox_webhook"}`, "16 to 256"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := PasswordFromSecret(tc.text, "inbox_webhook")
-			require.ErrorContains(t, err, tc.want)
-			require.NotContains(t, err.Error(), password1)
 		})
 	}
 }

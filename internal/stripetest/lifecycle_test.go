@@ -1,0 +1,279 @@
+package stripetest_test
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+)
+
+// model is the documented behaviour of internal/handlers (the transitions in
+// queries.go, the refund rules in refunds.go), written out here so that the
+// generator's Expect is checked against the rules, not against the
+// database: the stories must end in Expect in any order of their events,
+// however often each arrives.
+type model struct {
+	livemode bool
+	invoices map[string]*modelInvoice
+	links    map[string]string // charge or PaymentIntent -> invoice
+	refunds  map[string]*modelRefund
+	ledger   map[stripetest.LedgerKey]int64
+	payments map[string]int64
+	anomaly  int
+}
+
+type modelInvoice struct {
+	status     string
+	amountPaid int64
+	snapshot   [2]int64 // created, status rank
+	snapshotID string
+	amountDue  int64
+}
+
+type modelRefund struct {
+	charge, pi string
+	amount     int64
+	status     string
+	succeeded  bool
+}
+
+var (
+	from = map[string][]string{
+		"draft":         nil, // only creates
+		"open":          {"draft"},
+		"paid":          {"draft", "open", "uncollectible"},
+		"void":          {"draft", "open", "uncollectible"},
+		"uncollectible": {"draft", "open"},
+	}
+	target = map[string]string{
+		"invoice.created": "draft", "invoice.finalized": "open", "invoice.paid": "paid",
+		"invoice.voided": "void", "invoice.marked_uncollectible": "uncollectible",
+	}
+	statusRank = map[string]int64{"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
+	refundRank = map[string]int{"pending": 0, "requires_action": 0, "succeeded": 1, "failed": 2, "canceled": 2}
+)
+
+func newModel(livemode bool) *model {
+	return &model{livemode: livemode, invoices: map[string]*modelInvoice{}, links: map[string]string{},
+		refunds: map[string]*modelRefund{}, ledger: map[stripetest.LedgerKey]int64{}, payments: map[string]int64{}}
+}
+
+type object struct {
+	ID            string `json:"id"`
+	Status        string `json:"status"`
+	AmountDue     int64  `json:"amount_due"`
+	AmountPaid    int64  `json:"amount_paid"`
+	Amount        int64  `json:"amount"`
+	Charge        string `json:"charge"`
+	PaymentIntent string `json:"payment_intent"`
+	Invoice       string `json:"invoice"`
+	Payment       struct {
+		PaymentIntent string `json:"payment_intent"`
+	} `json:"payment"`
+	Refunds *struct {
+		Data []object `json:"data"`
+	} `json:"refunds"`
+}
+
+type envelope struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Created  int64  `json:"created"`
+	Livemode bool   `json:"livemode"`
+	Data     struct {
+		Object object `json:"object"`
+	} `json:"data"`
+}
+
+// parse decodes the payload, which must say what ev says.
+func parse(t *testing.T, ev stripetest.Generated) envelope {
+	var env envelope
+	require.NoError(t, json.Unmarshal(ev.Payload, &env))
+	require.Equal(t, ev.ID, env.ID)
+	require.Equal(t, ev.Type, env.Type)
+	require.Equal(t, ev.Livemode, env.Livemode)
+	return env
+}
+
+func (m *model) apply(t *testing.T, env envelope) {
+	if env.Livemode != m.livemode {
+		return // the other mode's: stored and ignored
+	}
+	o := env.Data.Object
+	switch env.Type {
+	case "refund.created", "refund.updated", "refund.failed", "charge.refund.updated":
+		m.refund(o)
+	case "charge.refunded":
+		if o.Invoice != "" {
+			m.links[o.ID] = o.Invoice
+		}
+		for _, r := range o.Refunds.Data {
+			m.refund(r)
+		}
+	case "invoice_payment.paid":
+		m.links[o.Payment.PaymentIntent] = o.Invoice
+	default:
+		to := target[env.Type]
+		require.NotEmpty(t, to, env.Type)
+		inv := m.invoices[o.ID]
+		snap := [2]int64{env.Created, statusRank[to]}
+		switch {
+		case inv == nil:
+			inv = &modelInvoice{status: to, amountPaid: o.AmountPaid, snapshot: snap, snapshotID: env.ID, amountDue: o.AmountDue}
+			m.invoices[o.ID] = inv
+			if to == "paid" {
+				m.pay(o)
+			}
+		case slices.Contains(from[to], inv.status):
+			inv.status = to
+			if to == "paid" {
+				inv.amountPaid = o.AmountPaid
+				m.pay(o)
+			}
+		case to == "paid" && inv.status == "void":
+			m.anomaly++
+		}
+		if newer(snap, env.ID, inv.snapshot, inv.snapshotID) {
+			inv.snapshot, inv.snapshotID, inv.amountDue = snap, env.ID, o.AmountDue
+		}
+		if to == "paid" && o.Charge != "" {
+			m.links[o.Charge] = o.ID
+		}
+	}
+}
+
+func newer(a [2]int64, aID string, b [2]int64, bID string) bool {
+	if a != b {
+		return a[0] > b[0] || (a[0] == b[0] && a[1] > b[1])
+	}
+	return aID > bID
+}
+
+func (m *model) pay(o object) {
+	if _, ok := m.payments[o.ID]; !ok {
+		m.payments[o.ID] = o.AmountPaid
+		m.ledger[stripetest.LedgerKey{Invoice: o.ID, Kind: "payment"}] = o.AmountPaid
+	}
+}
+
+func (m *model) refund(o object) {
+	r := m.refunds[o.ID]
+	if r == nil {
+		r = &modelRefund{amount: o.Amount, status: o.Status}
+		m.refunds[o.ID] = r
+	}
+	if o.Charge != "" {
+		r.charge = o.Charge
+	}
+	if o.PaymentIntent != "" {
+		r.pi = o.PaymentIntent
+	}
+	if refundRank[o.Status] > refundRank[r.status] {
+		r.status = o.Status
+	}
+	r.succeeded = r.succeeded || o.Status == "succeeded"
+}
+
+// end books the refunds as the handlers' rules say, under the invoice the
+// links name.
+func (m *model) end(t *testing.T) stripetest.Expected {
+	e := stripetest.Expected{
+		Invoices: map[string]stripetest.InvoiceState{}, Ledger: m.ledger, Payments: m.payments, Refunds: map[string]string{},
+	}
+	for id, inv := range m.invoices {
+		e.Invoices[id] = stripetest.InvoiceState{Status: inv.status, AmountDue: inv.amountDue, AmountPaid: inv.amountPaid}
+	}
+	for id, r := range m.refunds {
+		e.Refunds[id] = r.status
+		if !r.succeeded {
+			continue
+		}
+		inv := m.links[r.charge]
+		if inv == "" {
+			inv = m.links[r.pi]
+		}
+		require.NotEmpty(t, inv, "refund %s ends under its invoice", id)
+		e.Ledger[stripetest.LedgerKey{Invoice: inv, Kind: "refund:" + id}] = -r.amount
+		if r.status == "failed" || r.status == "canceled" {
+			e.Ledger[stripetest.LedgerKey{Invoice: inv, Kind: "refund_reversal:" + id}] = r.amount
+		}
+	}
+	return e
+}
+
+func TestStoriesEndInExpectInAnyOrder(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		live := seed%2 == 0
+		g := stripetest.NewGenerator(rng, stripetest.Options{Prefix: "t", Livemode: live, OtherMode: true, TwinRate: 0.2})
+		evs := g.Shuffled(60)
+		want := g.Expect()
+		envs := make([]envelope, len(evs))
+		for i, ev := range evs {
+			envs[i] = parse(t, ev)
+		}
+		for range 10 {
+			rng.Shuffle(len(envs), func(i, j int) { envs[i], envs[j] = envs[j], envs[i] })
+			m := newModel(live)
+			for _, env := range envs {
+				for range 1 + rng.IntN(2) { // a redelivery changes nothing
+					m.apply(t, env)
+				}
+			}
+			got := m.end(t)
+			require.Zero(t, m.anomaly, "seed %d", seed)
+			require.Equal(t, want.Invoices, got.Invoices, "seed %d", seed)
+			require.Equal(t, want.Ledger, got.Ledger, "seed %d", seed)
+			require.Equal(t, want.Payments, got.Payments, "seed %d", seed)
+			require.Equal(t, want.Refunds, got.Refunds, "seed %d", seed)
+		}
+		require.Len(t, evs, want.Events)
+		var other int
+		for _, ev := range evs {
+			if ev.Livemode != live {
+				other++
+				require.Contains(t, want.OtherMode, ev.ID)
+			}
+		}
+		require.Len(t, want.OtherMode, other)
+	}
+}
+
+func TestGeneratorIsDeterministic(t *testing.T) {
+	t.Parallel()
+	gen := func() ([]stripetest.Generated, stripetest.Expected) {
+		g := stripetest.NewGenerator(rand.New(rand.NewPCG(42, 1)), stripetest.Options{Prefix: "d", OtherMode: true, TwinRate: 0.05})
+		return g.Shuffled(100), g.Expect()
+	}
+	a, ea := gen()
+	b, eb := gen()
+	require.Equal(t, a, b)
+	require.Equal(t, ea, eb)
+}
+
+// TestEachTellsEveryStory: with Each, every story is told in any
+// len(Stories) lifecycles in a row, and the options show in the events.
+func TestEachTellsEveryStory(t *testing.T) {
+	t.Parallel()
+	g := stripetest.NewGenerator(rand.New(rand.NewPCG(7, 7)), stripetest.Options{Livemode: true, TwinRate: 1, Each: true})
+	var told []string
+	lcs := g.Lifecycles(len(stripetest.Stories))
+	require.Equal(t, "in_000001", lcs[0].Invoice, "ids without a prefix")
+	for _, l := range lcs {
+		told = append(told, l.Story)
+		require.Empty(t, l.OtherMode, "OtherMode is off")
+		for i := 0; i < len(l.Events); i += 2 {
+			require.Equal(t, l.Events[i].ID+"_twin", l.Events[i+1].ID, "TwinRate 1: every event has its twin")
+			require.True(t, l.Events[i].Livemode)
+		}
+	}
+	require.Equal(t, stripetest.Stories, told)
+	e := g.Expect()
+	require.Equal(t, e.Events/2, e.Twins)
+	require.Len(t, e.Invoices, len(stripetest.Stories))
+}
