@@ -35,6 +35,8 @@ func TestMigrate(t *testing.T) {
 		"worker":  "inbox_worker_e2e_" + suffix,
 		"purge":   "inbox_purge_e2e_" + suffix,
 		"ops":     "inbox_ops_e2e_" + suffix,
+		// The reconciler's store function's role, as the stack sets it.
+		"reconcile": "inbox_reconcile_e2e_" + suffix,
 	}
 	// Roles are the cluster's, not the database's: drop them when the test
 	// ends (before its database is dropped, so DROP OWNED can run there).
@@ -67,11 +69,11 @@ func TestMigrate(t *testing.T) {
 	}
 	legacy := "inbox_app_e2e_" + suffix
 	roles["legacy"] = legacy // dropped by the cleanup should it be created
-	for _, fn := range []string{"webhook", "worker", "purge", "ops", "legacy"} {
+	for _, fn := range []string{"webhook", "worker", "purge", "ops", "legacy", "reconcile"} {
 		arn := secretARNPrefix + fn + "-" + suffix
 		secret, _ := json.Marshal(map[string]string{"username": roles[fn], "password": "e2e-" + fn + "-" + randomHex(12)})
 		secrets[arn] = string(secret)
-		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE", "ops": "OPS", "legacy": "LEGACY"}[fn]
+		prefix := map[string]string{"webhook": "WEBHOOK", "worker": "WORKER", "purge": "PURGE", "ops": "OPS", "legacy": "LEGACY", "reconcile": "RECONCILE"}[fn]
 		env[prefix+"_DB_USER"] = roles[fn]
 		env[prefix+"_DB_SECRET_ARN"] = arn
 	}
@@ -114,7 +116,7 @@ func TestMigrate(t *testing.T) {
 
 	s := deploy()
 	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 4 {
-		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and four users created (ops too)", s, len(all), all[len(all)-1].Version, roles["owner"])
+		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and five users created (ops and reconcile too)", s, len(all), all[len(all)-1].Version, roles["owner"])
 	}
 	for _, u := range s.Roles.Users {
 		if !u.Created {

@@ -19,6 +19,15 @@
 # with the AWS SDK's usual configuration, so AWS_ENDPOINT_URL_EVENTBRIDGE,
 # AWS_REGION and static credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
 # point it at a stand-in.
+#
+# Reconciler (issue 15): when STRIPE_API_KEY is set (a restricted key with
+# Events: Read, rk_test_...), the runner also lists Stripe's Events API every
+# RECONCILE_INTERVAL (default 15m) against STRIPE_API_BASE (default
+# https://api.stripe.com; a stand-in or stripe-mock in tests), for the types
+# the handlers read, first reaching RECONCILE_LOOKBACK back (default 3d, at
+# most 30d), RECONCILE_SETTLE behind now (default 1m, at most 5m), and stores
+# what is missing for WEBHOOK_ENDPOINT; the worker drains it like any
+# receipt. Every setting is checked at start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
@@ -48,6 +57,7 @@ Send a signed sample event (in another shell):
   STRIPE_WEBHOOK_SECRET=$STRIPE_WEBHOOK_SECRET LISTEN_ADDR=$LISTEN_ADDR go run ./cmd/sendevent -type invoice.paid -invoice in_demo_1
 Or forward Stripe's test events:
   stripe listen --forward-to $LISTEN_ADDR/$WEBHOOK_ENDPOINT   (then restart with STRIPE_WEBHOOK_SECRET=<the whsec_ it prints>)
+Reconcile against Stripe's Events API: restart with STRIPE_API_KEY=rk_test_... (backfill: go run ./cmd/reconcile --since 72h)
 MSG
 
 .tmp/local &

@@ -13,7 +13,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
 # The function bundles are the stack's assets: build them when any is missing.
-for fn in webhook worker purge migrate; do
+for fn in webhook worker purge migrate reconcile reconcilestore; do
   if [ ! -f "build/$fn/bootstrap" ]; then
     echo "build/$fn/bootstrap missing: running scripts/build.sh"
     bash scripts/build.sh

@@ -1,7 +1,8 @@
 // Command local runs the system on one machine: it applies the migrations,
 // serves the webhook over plain HTTP exactly as the Function URL would
 // present it, and runs the worker and the purge on short intervals in place
-// of their EventBridge schedules. LOCAL_COMPONENTS picks the parts (default all), so
+// of their EventBridge schedules, and the reconciler when STRIPE_API_KEY is
+// set. LOCAL_COMPONENTS picks the parts (default all), so
 // the fault-injection suite can run webhooks and workers as separate
 // processes. scripts/dev.sh starts it with a database.
 package main
@@ -123,6 +124,26 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			_, _ = p.Run(runCtx) // Run logs its summary or its error
 		})
 		fmt.Printf("purge running every %s (retention %s)\n", cfg.PurgeInterval, cfg.Purge.Purge.Retention)
+	}
+	if cfg.Runs(config.LocalReconcile) {
+		r, err := bootstrap.NewReconciler(ctx, cfg.Reconcile, logger, io.Discard)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		// One run at a time, each until it has covered its window (no
+		// Lambda timeout locally): the next tick waits for it.
+		schedule(ctx, &wg, logger, "reconcile", cfg.ReconcileInterval, 24*time.Hour, 1, func(runCtx context.Context) {
+			s, err := r.Run(runCtx)
+			if err != nil && ctx.Err() == nil {
+				logger.Error("reconcile run failed", "error", err, "summary", s)
+			} else if err == nil {
+				logger.Info("reconcile run", "summary", s)
+			}
+		})
+		rc := cfg.Reconcile
+		fmt.Printf("reconciler running every %s against %s for endpoint %q (first window %s back, settle %s)\n",
+			cfg.ReconcileInterval, rc.Client.BaseURL, rc.Reconcile.Endpoint, rc.Reconcile.Lookback, rc.Reconcile.Settle)
 	}
 	select {
 	case <-ctx.Done():

@@ -52,7 +52,7 @@ func main() {
 			fetch := secrets.SecretsManager(secretsmanager.NewFromConfig(aws))
 			d.Passwords = func(ctx context.Context) (approle.Passwords, error) {
 				pw := cfg.Passwords
-				for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "ops": cfg.Roles.Ops, "legacy": cfg.Roles.Legacy} {
+				for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "ops": cfg.Roles.Ops, "legacy": cfg.Roles.Legacy, "reconcile": cfg.Roles.Reconcile} {
 					arn, ok := cfg.SecretARNs[fn]
 					if !ok || user == "" {
 						continue
@@ -74,6 +74,8 @@ func main() {
 						pw.Legacy = p
 					case "ops":
 						pw.Ops = p
+					case "reconcile":
+						pw.Reconcile = p
 					default:
 						pw.Purge = p
 					}

@@ -26,7 +26,8 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 				m[k] = "billing=arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing-AbCdEf"
 			case "DB_PROXY_HOST":
 				m[k] = "inbox.proxy-abc.eu-west-1.rds.amazonaws.com"
-			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN", "LEGACY_DB_SECRET_ARN", "OPS_DB_SECRET_ARN":
+			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN", "LEGACY_DB_SECRET_ARN", "OPS_DB_SECRET_ARN",
+				"RECONCILE_DB_SECRET_ARN", "STRIPE_API_KEY_SECRET_ARN":
 				m[k] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:" + strings.ToLower(k) + "-AbCdEf"
 			default:
 				m[k] = fmt.Sprintf("token-for-%s", k)
@@ -57,5 +58,9 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 		require.NoError(t, err, "migrate")
 		_, err = config.LoadOps(resolvedEnv(t, fns["ops"]))
 		require.NoError(t, err, "ops")
+		_, err = config.LoadReconcile(resolvedEnv(t, fns["reconcile"]))
+		require.NoError(t, err, "reconcile")
+		_, err = config.LoadReconcileStore(resolvedEnv(t, fns["reconcilestore"]))
+		require.NoError(t, err, "reconcilestore")
 	}
 }

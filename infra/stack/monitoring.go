@@ -168,6 +168,7 @@ func (b *builder) monitoring() {
 			metric:      b.functions[name].MetricThrottles(sum), threshold: 0, periods: 1, missing: notBreaching,
 		})
 	}
+	specs = append(specs, b.reconcileAlarms()...)
 	if b.s.LatencyP99Alarm > 0 {
 		specs = append(specs, alarmSpec{
 			id: "ReceiptLatencyAlarm",
@@ -242,6 +243,7 @@ func (b *builder) monitoring() {
 				graph("Receipt to effect (s): processed_at - received_at per receipt", 24,
 					b.latency("p50"), b.latency("p99"), b.latency("Maximum")),
 			},
+			b.reconcileRow(),
 			{
 				graph("Function duration (p99)", 8, durations...),
 				graph("Function errors", 8, errors...),

@@ -139,6 +139,14 @@ type Settings struct {
 	// counts receipts of any other version (UnexpectedApiVersion) and the
 	// ApiVersionDrift alarm fires when one arrives.
 	StripeAPIVersion string
+	// Reconcile enables the reconciler's schedule (reconcile; default
+	// true); ReconcileSchedule is its expression (reconcileSchedule;
+	// default rate(15 minutes)); ReconcileEndpoint is the endpoint whose
+	// events it stores (reconcileEndpoint; default the first endpoint).
+	// See reconcile.go.
+	Reconcile         bool
+	ReconcileSchedule string
+	ReconcileEndpoint string
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
@@ -152,7 +160,7 @@ func (s Settings) StackName() string { return "StripeInbox-" + s.Stage }
 
 // Functions are the Lambda functions the stack deploys; each needs
 // AssetsDir/<name>/bootstrap.
-var Functions = []string{"webhook", "worker", "purge", "migrate", "ops"}
+var Functions = []string{"webhook", "worker", "purge", "migrate", "ops", "reconcile", "reconcilestore"}
 
 // StripeModes are the values of the stripeMode setting (and of the worker's
 // STRIPE_MODE).
@@ -238,6 +246,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	if err := stripeevent.CheckAPIVersion(s.StripeAPIVersion); err != nil {
 		r.addf("stripeApiVersion: %v", err)
 	}
+	r.reconcileSettings(&s)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))

@@ -57,7 +57,7 @@ const (
 
 // functionUsers maps each function that serves traffic or schedules to its
 // database user.
-var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "ops": OpsUser}
+var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "ops": OpsUser, "reconcile": ReconcileUser}
 
 // SigningSecretPlaceholder is the initial text of each endpoint's signing
 // secret. It is deliberately not a whsec_ value, so the webhook refuses to
@@ -95,6 +95,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.lambdas()
 	b.opsFunction()
 	b.outboxRelay()
+	b.reconcile()
 	b.migrateOnDeploy()
 	b.schedules()
 	b.monitoring()
@@ -121,6 +122,7 @@ type builder struct {
 	proxySG     awsec2.SecurityGroup
 	userSecrets map[string]awsrds.DatabaseSecret // by function
 	signing     map[string]awssecretsmanager.Secret
+	apiKey      awssecretsmanager.Secret // the reconciler's Stripe key
 	functions   map[string]awslambda.Function
 	functionURL awslambda.FunctionUrl
 	trigger     triggers.Trigger
@@ -251,7 +253,7 @@ func (b *builder) database() {
 	// The migrate function sets each role's password from its secret.
 	b.userSecrets = map[string]awsrds.DatabaseSecret{}
 	proxySecrets := []awssecretsmanager.ISecret{b.db.Secret()}
-	for _, fn := range []string{"webhook", "worker", "purge", "ops"} {
+	for _, fn := range []string{"webhook", "worker", "purge", "ops", "reconcile"} {
 		b.userSecrets[fn] = awsrds.NewDatabaseSecret(b.stack, jsii.String(OutputID(fn)+"UserSecret"), &awsrds.DatabaseSecretProps{
 			Username: jsii.String(functionUsers[fn]),
 		})
@@ -414,6 +416,9 @@ func (b *builder) lambdas() {
 				"PURGE_DB_SECRET_ARN":   *b.userSecrets["purge"].SecretArn(),
 				"OPS_DB_USER":           OpsUser,
 				"OPS_DB_SECRET_ARN":     *b.userSecrets["ops"].SecretArn(),
+				// The reconciler's store function (reconcile.go).
+				"RECONCILE_DB_USER":       ReconcileUser,
+				"RECONCILE_DB_SECRET_ARN": *b.userSecrets["reconcile"].SecretArn(),
 			},
 		},
 	}
@@ -537,7 +542,7 @@ func (b *builder) migrateOnDeploy() {
 		ExecuteOnHandlerChange: jsii.Bool(true),
 		ExecuteAfter:           &[]constructs.Construct{b.db, b.proxy, b.proxySG, b.endpoint, b.endpointSG},
 		ExecuteBefore: &[]constructs.Construct{
-			b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["ops"],
+			b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["ops"], b.functions["reconcilestore"],
 		},
 	})
 }

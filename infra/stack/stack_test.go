@@ -91,12 +91,12 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 		require.Equal(t, "POSTGRESQL", p["EngineFamily"])
 		require.Equal(t, ProxyName(s.settings.StackName()), p["DBProxyName"])
 		auth := p["Auth"].([]any)
-		require.Len(t, auth, 6, "the master's secret, one per function's user (ops included), and the earlier release's shared user's")
+		require.Len(t, auth, 7, "the master's secret, one per function's user (ops and the reconciler's store function's too), and the earlier release's shared user's")
 		for _, a := range auth {
 			require.Equal(t, "REQUIRED", a.(map[string]any)["IAMAuth"])
 			require.Equal(t, "SECRETS", a.(map[string]any)["AuthScheme"])
 		}
-		for _, fn := range []string{"webhook", "worker", "purge"} {
+		for _, fn := range []string{"webhook", "worker", "purge", "reconcile"} {
 			secret, _ := s.one(t, "AWS::SecretsManager::Secret", OutputID(fn)+"UserSecret")
 			require.Contains(t, asJSON(t, auth), `{"Ref":"`+secret+`"}`, fn)
 			require.Contains(t, asJSON(t, props(s.resources("AWS::SecretsManager::Secret")[secret])["GenerateSecretString"]),
@@ -128,7 +128,7 @@ func TestRetireLegacyAppRole(t *testing.T) {
 	t.Parallel()
 	_, proxy := retired.one(t, "AWS::RDS::DBProxy", "Proxy")
 	auth := props(proxy)["Auth"].([]any)
-	require.Len(t, auth, 5, "the master's secret and one per function's user (ops included)")
+	require.Len(t, auth, 6, "the master's secret and one per function's user (ops and the reconciler's store function's too)")
 	require.NotContains(t, retired.resources("AWS::SecretsManager::Secret"), legacySecretID)
 	for id, secret := range retired.resources("AWS::SecretsManager::Secret") {
 		require.NotContains(t, asJSON(t, props(secret)), LegacyAppUser, id)
@@ -186,6 +186,9 @@ func TestFunctionsRunArm64AL2023InTheVPC(t *testing.T) {
 	logGroups := dev.resources("AWS::Logs::LogGroup")
 	for name, fn := range dev.appFunctions(t) {
 		p := props(fn)
+		if name == "reconcile" {
+			continue // outside the VPC: TestReconcilerOutsideTheVPCStoreFunctionInside
+		}
 		require.Equal(t, []any{"arm64"}, p["Architectures"], name)
 		require.Equal(t, "provided.al2023", p["Runtime"], name)
 		require.Equal(t, "bootstrap", p["Handler"], name)
@@ -209,6 +212,9 @@ func TestEnvironmentContract(t *testing.T) {
 	proxyID, _ := dev.one(t, "AWS::RDS::DBProxy", "Proxy")
 	for name, fn := range fns {
 		env := environment(fn)
+		if name == "reconcile" {
+			continue // no database (TestReconcilerOutsideTheVPCStoreFunctionInside)
+		}
 		require.Equal(t, map[string]any{"Fn::GetAtt": []any{proxyID, "Endpoint"}}, env["DB_PROXY_HOST"], name)
 		require.Equal(t, "5432", env["DB_PROXY_PORT"], name)
 		require.Equal(t, DatabaseName, env["DB_NAME"], name)
@@ -216,7 +222,7 @@ func TestEnvironmentContract(t *testing.T) {
 		require.Equal(t, "Stage=dev", env["METRICS_DIMENSIONS"], name)
 		require.NotContains(t, env, "AWS_REGION", "%s: AWS_REGION is reserved; Lambda sets it", name)
 		require.NotContains(t, env, "DATABASE_URL", name)
-		wantUser := map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "migrate": MasterUser, "ops": OpsUser}[name]
+		wantUser := map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "migrate": MasterUser, "ops": OpsUser, "reconcilestore": ReconcileUser}[name]
 		require.Equal(t, wantUser, env["DB_USER"], name)
 	}
 
@@ -234,7 +240,8 @@ func TestEnvironmentContract(t *testing.T) {
 	}, pick(environment(fns["worker"]), "WORKER_CONCURRENCY", "MAX_ATTEMPTS", "LEASE", "STATEMENT_TIMEOUT", "DEADLINE_MARGIN", "DB_MAX_CONNS", "STRIPE_MODE"))
 	require.Equal(t, "live", environment(prod.appFunctions(t)["worker"])["STRIPE_MODE"], "prod books live money")
 	for name, fn := range fns {
-		if name != "worker" {
+		// The reconciler checks its key's mode against it.
+		if name != "worker" && name != "reconcile" {
 			require.NotContains(t, environment(fn), "STRIPE_MODE", "%s does not start a worker", name)
 		}
 	}
@@ -275,9 +282,11 @@ func TestNoSecretValueInEnvironment(t *testing.T) {
 	// it cannot start until an operator puts the real secret in.
 	_, err := secrets.Parse(SigningSecretPlaceholder)
 	require.Error(t, err)
+	_, err = secrets.APIKeyMode(APIKeyPlaceholder)
+	require.Error(t, err, "the reconciler refuses the key's placeholder")
 	for _, secret := range dev.resources("AWS::SecretsManager::Secret") {
 		if v, ok := props(secret)["SecretString"].(string); ok {
-			require.Equal(t, SigningSecretPlaceholder, v)
+			require.Contains(t, []string{SigningSecretPlaceholder, APIKeyPlaceholder}, v)
 		}
 	}
 }
@@ -334,7 +343,7 @@ func TestIAMGrantsAreScoped(t *testing.T) {
 					for _, res := range asSlice(st["Resource"]) {
 						resJSON := asJSON(t, res)
 						found := 0
-						for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, OpsUser, LegacyAppUser, SchemaOwnerRole} {
+						for _, user := range []string{MasterUser, WebhookUser, WorkerUser, PurgeUser, OpsUser, ReconcileUser, LegacyAppUser, SchemaOwnerRole} {
 							if strings.Contains(resJSON, `/`+user+`"`) {
 								connectUsers[user] = append(connectUsers[user], id)
 								found++
@@ -354,6 +363,7 @@ func TestIAMGrantsAreScoped(t *testing.T) {
 		for user, prefix := range map[string]string{
 			MasterUser: "MigrateFunction", WebhookUser: "WebhookFunction", WorkerUser: "WorkerFunction", PurgeUser: "PurgeFunction",
 			OpsUser: "OpsFunction",
+			ReconcileUser: "ReconcilestoreFunction",
 		} {
 			require.Len(t, connectUsers[user], 1, "%s: %v", user, connectUsers[user])
 			require.True(t, strings.HasPrefix(connectUsers[user][0], prefix), "%s is granted to %v", user, connectUsers[user])
@@ -399,7 +409,8 @@ func TestSchedules(t *testing.T) {
 			targets[arn] = p["ScheduleExpression"].(string)
 		}
 	}
-	require.Equal(t, map[string]string{workerID: "rate(1 minute)", purgeID: "cron(15 3 * * ? *)"}, targets)
+	reconcileID, _ := dev.one(t, "AWS::Lambda::Function", "ReconcileFunction")
+	require.Equal(t, map[string]string{workerID: "rate(1 minute)", purgeID: "cron(15 3 * * ? *)", reconcileID: "rate(15 minutes)"}, targets)
 }
 
 // TestScheduledFunctionsDoNotRetryAsync: Lambda's own async retries (two by
@@ -417,8 +428,9 @@ func TestScheduledFunctionsDoNotRetryAsync(t *testing.T) {
 		}
 		workerID, _ := s.one(t, "AWS::Lambda::Function", "WorkerFunction")
 		purgeID, _ := s.one(t, "AWS::Lambda::Function", "PurgeFunction")
-		require.Len(t, configs, 2, "one async invoke config each for the worker and the purge")
-		for id, maxAge := range map[string]float64{workerID: 60, purgeID: 3600} {
+		reconcileID, _ := s.one(t, "AWS::Lambda::Function", "ReconcileFunction")
+		require.Len(t, configs, 3, "one async invoke config each for the worker, the purge and the reconciler")
+		for id, maxAge := range map[string]float64{workerID: 60, purgeID: 3600, reconcileID: 600} {
 			require.Contains(t, configs, id)
 			require.Equal(t, 0.0, configs[id]["MaximumRetryAttempts"], id)
 			require.Equal(t, maxAge, configs[id]["MaximumEventAgeInSeconds"], id)
@@ -464,7 +476,8 @@ func TestAlarms(t *testing.T) {
 	}
 	for metric, count := range map[string]int{
 		"OldestUnprocessedAgeSeconds": 1, "NeedsReviewCount": 1, "AnomalyCount": 1, "StoreFailed": 1,
-		"Url5xxCount": 1, "Errors": 5, "Throttles": 3, "UnexpectedApiVersion": 1, "FreeStorageSpace": 1, "DatabaseConnections": 1,
+		"Url5xxCount": 1, "Errors": 7, "Throttles": 3, "UnexpectedApiVersion": 1, "FreeStorageSpace": 1, "DatabaseConnections": 1,
+		"EventsFoundMissing": 1,
 	} {
 		require.Len(t, byMetric[metric], count, metric)
 	}
@@ -603,6 +616,9 @@ func TestNATIsOffByDefault(t *testing.T) {
 	require.Len(t, natDev.resources("AWS::EC2::NatGateway"), 1)
 	subnets := natDev.resources("AWS::EC2::Subnet")
 	for name, fn := range natDev.appFunctions(t) {
+		if name == "reconcile" {
+			continue // outside the VPC whatever nat says (reconcile.go)
+		}
 		for _, ref := range props(fn)["VpcConfig"].(map[string]any)["SubnetIds"].([]any) {
 			tags := asJSON(t, props(subnets[ref.(map[string]any)["Ref"].(string)])["Tags"])
 			require.Contains(t, tags, `{"Key":"aws-cdk:subnet-type","Value":"Private"}`, name)

@@ -14,6 +14,10 @@
 //     duplicate delivery counts itself). Nothing else: it cannot read
 //     payloads, change a receipt otherwise, delete one, or touch any other
 //     table.
+//   - the reconciler's store function's user (inbox_reconcile; optional,
+//     Roles.Reconcile): the webhook's INSERT on webhook_inbox (store a
+//     receipt, read back its key), and SELECT, INSERT and UPDATE on
+//     reconcile_high_water (the reconciler's mark). Nothing else.
 //
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
 //     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
@@ -138,6 +142,10 @@ type Roles struct {
 	// Ops is the operations function's login role (inbox_ops), optional:
 	// empty when the deployment has no ops function.
 	Ops string
+	// Reconcile is the reconciler's store function's login role; "" when
+	// the deployment has none (it is optional so that a deploy step
+	// configured before it existed keeps working).
+	Reconcile string
 	// Legacy is the login role the functions of the earlier release shared
 	// (inbox_app), kept working as that release left it while the new
 	// functions replace the old ones and a rollback may bring the old ones
@@ -158,6 +166,9 @@ func (r Roles) logins() [][2]string {
 	l := r.functions()
 	if r.Ops != "" {
 		l = append(l, [2]string{"ops", r.Ops})
+	}
+	if r.Reconcile != "" {
+		l = append(l, [2]string{"reconcile", r.Reconcile})
 	}
 	return l
 }
@@ -212,6 +223,7 @@ func (r Roles) Validate(master string) error {
 type Passwords struct {
 	Webhook, Worker, Purge string
 	Ops                    string // needed only when Roles.Ops is set
+	Reconcile              string // needed only when Roles.Reconcile is set
 	Legacy                 string
 }
 
@@ -223,6 +235,8 @@ func (p Passwords) of(function string) string {
 		return p.Worker
 	case "ops":
 		return p.Ops
+	case "reconcile":
+		return p.Reconcile
 	default:
 		return p.Purge
 	}
@@ -687,6 +701,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 	if roles.Ops != "" {
 		all = append(all, roles.Ops)
 	}
+	if roles.Reconcile != "" {
+		all = append(all, roles.Reconcile)
+	}
 	for _, name := range all {
 		r := q(name)
 		out = append(out,
@@ -732,6 +749,16 @@ func grants(roles Roles, webhookInsert []string) []string {
 	)
 	if roles.Ops != "" {
 		out = append(out, opsGrants(q(roles.Ops))...)
+	}
+	if roles.Reconcile != "" {
+		// The reconciler's store function (internal/reconcile.DBSink):
+		// the webhook's INSERT with source 'reconcile', and its mark.
+		reconcile := q(roles.Reconcile)
+		out = append(out,
+			"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+reconcile,
+			"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+reconcile,
+			"GRANT SELECT, INSERT, UPDATE ON public.reconcile_high_water TO "+reconcile,
+		)
 	}
 	if roles.Legacy != "" {
 		// The earlier release's shared role, while it is kept: what that

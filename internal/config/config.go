@@ -53,12 +53,14 @@ type Common struct {
 	LogLevel          slog.Level // LOG_LEVEL
 }
 
-func (p *problems) common(env Env, app string, defaultConns int) Common {
-	c := Common{MetricsNamespace: strings.TrimSpace(env("METRICS_NAMESPACE")), LogLevel: p.logLevel(env)}
-	if c.MetricsNamespace == "" {
-		c.MetricsNamespace = "StripeInbox"
+// metricsSettings reads METRICS_NAMESPACE and METRICS_DIMENSIONS (also for
+// functions without a database, such as the reconciler outside the VPC).
+func (p *problems) metricsSettings(env Env, app string) (string, map[string]string) {
+	ns := strings.TrimSpace(env("METRICS_NAMESPACE"))
+	if ns == "" {
+		ns = "StripeInbox"
 	}
-	c.MetricsDimensions = map[string]string{"Service": app}
+	dims := map[string]string{"Service": app}
 	if raw := strings.TrimSpace(env("METRICS_DIMENSIONS")); raw != "" {
 		for _, pair := range strings.Split(raw, ",") {
 			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
@@ -66,9 +68,15 @@ func (p *problems) common(env Env, app string, defaultConns int) Common {
 				p.addf("METRICS_DIMENSIONS=%q: must be Name=value pairs separated by commas, e.g. Stage=prod", raw)
 				break
 			}
-			c.MetricsDimensions[k] = v
+			dims[k] = v
 		}
 	}
+	return ns, dims
+}
+
+func (p *problems) common(env Env, app string, defaultConns int) Common {
+	c := Common{LogLevel: p.logLevel(env)}
+	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, app)
 	c.Database = p.database(env, app, defaultConns)
 	return c
 }

@@ -21,6 +21,10 @@ type Local struct {
 	WorkerTimeout  time.Duration
 	PurgeInterval  time.Duration
 	PurgeTimeout   time.Duration
+	// Reconcile and ReconcileInterval: the reconciler, which runs when
+	// STRIPE_API_KEY is set (see loadLocalReconcile).
+	Reconcile         Reconcile
+	ReconcileInterval time.Duration
 }
 
 // LocalWorkerTimeout is the local runner's default WORKER_TIMEOUT for a
@@ -58,7 +62,7 @@ func LoadLocal(env Env) (Local, error) {
 		l.Components = nil
 		for _, c := range strings.Split(raw, ",") {
 			c = strings.TrimSpace(c)
-			if !slices.Contains(LocalComponents, c) {
+			if !slices.Contains(LocalComponents, c) && c != LocalReconcile {
 				p.addf("LOCAL_COMPONENTS=%q: %q is not one of %s", raw, c, strings.Join(LocalComponents, ", "))
 				continue
 			}
@@ -133,5 +137,6 @@ func LoadLocal(env Env) (Local, error) {
 			p.addf("PURGE_TIMEOUT=%s must be longer than DEADLINE_MARGIN=%s", l.PurgeTimeout, l.Purge.Purge.DeadlineMargin)
 		}
 	}
+	p.loadLocalReconcile(env, &l)
 	return l, p.err()
 }

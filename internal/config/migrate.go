@@ -59,6 +59,8 @@ func LoadMigrate(env Env) (Migrate, error) {
 			Purge:   get("PURGE_DB_USER"),
 			Legacy:  get("LEGACY_DB_USER"),
 			Ops:     get("OPS_DB_USER"),
+			// Optional: the reconciler's store function's role.
+			Reconcile: get("RECONCILE_DB_USER"),
 		},
 		SecretARNs: map[string]string{},
 		LogLevel:   p.logLevel(env),
@@ -93,6 +95,15 @@ func LoadMigrate(env Env) (Migrate, error) {
 		for _, k := range []string{"OPS_DB_SECRET_ARN", "OPS_DB_PASSWORD"} {
 			if get(k) != "" {
 				p.addf("%s is set but OPS_DB_USER is not: name the ops function's role (e.g. inbox_ops), or unset it", k)
+			}
+		}
+	}
+	if c.Roles.Reconcile != "" {
+		withSecret = append(slices.Clip(withSecret), "reconcile")
+	} else {
+		for _, k := range []string{"RECONCILE_DB_SECRET_ARN", "RECONCILE_DB_PASSWORD"} {
+			if get(k) != "" {
+				p.addf("%s is set but RECONCILE_DB_USER is not: name the role the secret is for (inbox_reconcile), or unset it", k)
 			}
 		}
 	}
@@ -132,6 +143,8 @@ func LoadMigrate(env Env) (Migrate, error) {
 				c.Passwords.Legacy = password
 			case "ops":
 				c.Passwords.Ops = password
+			case "reconcile":
+				c.Passwords.Reconcile = password
 			default:
 				c.Passwords.Purge = password
 			}

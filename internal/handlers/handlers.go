@@ -18,6 +18,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -106,10 +107,16 @@ func Default() Registry {
 }
 
 // Apply runs the handler for ev.Type, or reports Ignored when there is none.
+// An event rendered with an API version the handlers do not understand
+// fails with ErrUnknownAPIVersion before its handler runs (see
+// apiversion.go).
 func (r Registry) Apply(ctx context.Context, tx DB, ev Event) (Result, error) {
 	h, ok := r[ev.Type]
 	if !ok {
 		return Result{Outcome: Ignored}, nil
+	}
+	if err := checkAPIVersion(ev.Payload); err != nil {
+		return Result{}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	return h(ctx, tx, ev)
 }

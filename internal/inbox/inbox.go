@@ -62,7 +62,28 @@ const (
 // first attempt failed as a whole, so exactly one INSERT commits. db must
 // therefore be a pool or a connection, not a transaction.
 func Store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
-	return storeWith(ctx, db, storeReceipt, endpoint, ev)
+	return storeWith(ctx, db, storeReceipt, endpoint, ev, SourceWebhook)
+}
+
+// Source says who stored a receipt (column source).
+type Source string
+
+const (
+	// SourceWebhook: Stripe delivered the event to the webhook.
+	SourceWebhook Source = "webhook"
+	// SourceReconcile: the reconciler found the event on Stripe's Events API
+	// before any delivery reached the webhook.
+	SourceReconcile Source = "reconcile"
+)
+
+// StoreFrom is Store for a receipt that source found: the same INSERT ... ON
+// CONFLICT DO NOTHING, so an event the webhook stored is a Duplicate here and
+// the other way round, and the receipt keeps the source that stored it first.
+func StoreFrom(ctx context.Context, db DB, source Source, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
+	if source != SourceWebhook && source != SourceReconcile {
+		return "", fmt.Errorf("storing receipt %s/%s: unknown source %q", endpoint, ev.ID, source)
+	}
+	return storeWith(ctx, db, storeReceipt, endpoint, ev, source)
 }
 
 // StoreAndNotify is Store that also notifies resident workers listening on
@@ -70,19 +91,19 @@ func Store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (S
 // notification only wakes a worker early: a worker that misses it finds the
 // receipt at its next poll.
 func StoreAndNotify(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
-	return storeWith(ctx, db, storeReceiptNotify, endpoint, ev)
+	return storeWith(ctx, db, storeReceiptNotify, endpoint, ev, SourceWebhook)
 }
 
-func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
+func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, source Source) (StoreOutcome, error) {
 	payload, repaired := jsonbText(ev.Payload)
 	var raw []byte
 	if repaired {
 		raw = ev.Payload
 	}
-	outcome, err := store(ctx, db, query, endpoint, ev, payload, raw)
+	outcome, err := store(ctx, db, query, endpoint, ev, payload, raw, source)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && refusedContent(pgErr.Code) {
-		outcome, err = store(ctx, db, query, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload)
+		outcome, err = store(ctx, db, query, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload, source)
 	}
 	if err != nil {
 		return "", fmt.Errorf("storing receipt %s/%s: %w", endpoint, ev.ID, err)
@@ -90,7 +111,7 @@ func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeeven
 	return outcome, nil
 }
 
-func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
+func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte, source Source) (StoreOutcome, error) {
 	var inserted bool
 	var signedAt *time.Time
 	if !ev.SignedAt.IsZero() {
@@ -99,7 +120,7 @@ func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Ev
 	err := db.QueryRow(ctx, query,
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
-		string(payload), raw, nullable(ev.SecretFingerprint), signedAt,
+		string(payload), raw, nullable(ev.SecretFingerprint), signedAt, string(source),
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

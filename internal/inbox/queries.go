@@ -11,12 +11,15 @@ package inbox
 // $10 payload_raw (bytea, NULL unless jsonb cannot hold the exact bytes; see
 // migrations/0007_receipt_payload_raw.sql), $11 secret_fingerprint (the
 // fingerprint of the signing secret that verified it), $12 signed_at (the
-// signature's timestamp); see migrations/0012_ops.sql.
+// signature's timestamp; see migrations/0012_ops.sql), $13 source ('webhook'
+// or 'reconcile', migrations/0011_reconcile.sql). The webhook and the
+// reconciler store with this same statement, so an event stored by one is a
+// duplicate for the other.
 // Returns one row when the receipt is new, none when it is a duplicate.
 const storeReceipt = `
 INSERT INTO webhook_inbox
-    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12)
+    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at, source)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, $13)
 ON CONFLICT (provider, endpoint, event_id) DO NOTHING
 RETURNING true`
 
@@ -39,8 +42,8 @@ const NotifyChannel = "webhook_inbox"
 const storeReceiptNotify = `
 WITH stored AS (
     INSERT INTO webhook_inbox
-        (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12)
+        (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at, source)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, $13)
     ON CONFLICT (provider, endpoint, event_id) DO NOTHING
     RETURNING true
 )
@@ -207,6 +210,26 @@ UPDATE webhook_inbox AS w
  WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
    AND w.processed_at IS NULL
 RETURNING extract(epoch FROM w.processed_at - w.received_at)::float8`
+
+// Reconciler queries (internal/reconcile). reconcile_high_water is this
+// package's table too: the reconciler's mark sits next to the receipts it
+// vouches for.
+
+// highWater: $1 provider, $2 endpoint. No row: the endpoint was never
+// reconciled.
+const highWater = `
+SELECT high_water FROM reconcile_high_water WHERE provider = $1 AND endpoint = $2`
+
+// advanceHighWater: $1 provider, $2 endpoint, $3 the new mark. Never moves a
+// mark backwards (two reconcilers racing, or a backfill of an older window).
+// Returns the mark now stored.
+const advanceHighWater = `
+INSERT INTO reconcile_high_water AS h (provider, endpoint, high_water)
+VALUES ($1, $2, $3)
+ON CONFLICT (provider, endpoint) DO UPDATE
+   SET high_water = greatest(h.high_water, EXCLUDED.high_water),
+       updated_at = now()
+RETURNING high_water`
 
 // The purge's statements (see purge.go, and internal/retention for how the
 // batches are run). Each is one batch: a statement that commits on its own,

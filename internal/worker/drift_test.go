@@ -11,17 +11,6 @@ import (
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
-// withVersion is an event of another API version.
-func withVersion(t *testing.T, payload []byte, version string) []byte {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(payload, &m))
-	m["api_version"] = version
-	out, err := json.Marshal(m)
-	require.NoError(t, err)
-	return out
-}
-
 // TestReceiptsOfAnotherAPIVersionAreCounted: a receipt whose API version is
 // not the one the handlers are written for is processed as usual and
 // counted once (UnexpectedApiVersion by endpoint and version, and the run's

@@ -585,6 +585,8 @@ func describe(err error) string {
 		class = "pg " + pgErr.Code
 	case errors.Is(err, handlers.ErrBadPayload):
 		class = "bad_payload"
+	case errors.Is(err, handlers.ErrUnknownAPIVersion):
+		class = "api_version"
 	case errors.Is(err, context.DeadlineExceeded):
 		class = "deadline"
 	case errors.Is(err, context.Canceled):

@@ -1,0 +1,88 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/reconcile"
+	"github.com/stripe-inbox/inbox/internal/secrets"
+)
+
+// Reconciler is the reconciler's wiring.
+type Reconciler struct {
+	*reconcile.Reconciler
+	// Pool is set when it stores directly (local, backfill); close it.
+	Pool *pgxpool.Pool
+}
+
+// Close releases the pool, if any.
+func (r *Reconciler) Close() {
+	if r.Pool != nil {
+		r.Pool.Close()
+	}
+}
+
+// NewReconciler fetches the Stripe API key (failing when it is missing, not
+// a key, or of the other mode than STRIPE_MODE) and builds the reconciler:
+// pages go to the store function (STORE_FUNCTION, a Lambda Invoke) or to the
+// database (DATABASE_URL).
+func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger, out io.Writer) (*Reconciler, error) {
+	fetch := secrets.Literal
+	var lc *lambda.Client
+	if c.APIKeyFromSecretsManager || c.StoreFunction != "" {
+		cfg, err := awsConfig(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c.APIKeyFromSecretsManager {
+			fetch = secrets.SecretsManager(secretsmanager.NewFromConfig(cfg))
+		}
+		if c.StoreFunction != "" {
+			lc = lambda.NewFromConfig(cfg)
+		}
+	}
+	key, mode, err := secrets.FetchAPIKey(ctx, fetch, c.APIKeyRef, c.SecretFetchTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if c.Mode != "" && mode != c.Mode {
+		return nil, fmt.Errorf("the Stripe API key is a %s-mode key but STRIPE_MODE=%s: store a key of the mode this deployment books", mode, c.Mode)
+	}
+	cc := c.Client
+	cc.Key = key
+	cc.Logger = logger
+	client, err := reconcile.NewClient(cc)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciler{}
+	var sink reconcile.Sink
+	if lc != nil {
+		sink = reconcile.RemoteSink{Lambda: lc, Function: c.StoreFunction}
+	} else {
+		if r.Pool, err = Pool(ctx, c.Database); err != nil {
+			return nil, err
+		}
+		sink = reconcile.DBSink{DB: r.Pool}
+	}
+	em := metrics.New(out, c.MetricsNamespace, c.MetricsDimensions)
+	r.Reconciler = reconcile.New(client, sink, c.Reconcile, logger, em)
+	return r, nil
+}
+
+// NewReconcileStore builds the store function's handler.
+func NewReconcileStore(ctx context.Context, c config.ReconcileStore) (*reconcile.StoreHandler, *pgxpool.Pool, error) {
+	pool, err := Pool(ctx, c.Database)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &reconcile.StoreHandler{Sink: reconcile.DBSink{DB: pool}, Endpoints: c.Endpoints}, pool, nil
+}
