@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+// backlog generates n receipts of invoice lifecycles with duplicates,
+// separate Event objects for one fact, and refunds.
+func backlog(n int) []stripeevent.Event {
+	r := rand.New(rand.NewPCG(1, 2))
+	var evs []stripeevent.Event
+	add := func(id, typ string, obj map[string]any) {
+		payload := stripetest.Event(id, typ, obj)
+		ev, err := stripeevent.Verify(payload, stripetest.Sign(payload, time.Now(), secret), []string{secret})
+		check(err)
+		evs = append(evs, ev)
+	}
+	for i := 0; len(evs) < n; i++ {
+		inv := fmt.Sprintf("in_%07d", i)
+		amt := int64(100 + r.IntN(10000))
+		add("evt_c_"+inv, "invoice.created", stripetest.Invoice(inv, "cus_1", "draft", amt))
+		add("evt_f_"+inv, "invoice.finalized", stripetest.Invoice(inv, "cus_1", "open", amt))
+		switch r.IntN(5) {
+		case 0:
+			add("evt_v_"+inv, "invoice.voided", stripetest.Invoice(inv, "cus_1", "void", amt))
+		default:
+			add("evt_p_"+inv, "invoice.paid", stripetest.Invoice(inv, "cus_1", "paid", amt))
+			if r.IntN(5) == 0 {
+				add("evt_p2_"+inv, "invoice.paid", stripetest.Invoice(inv, "cus_1", "paid", amt)) // a second Event object
+			}
+			if r.IntN(4) == 0 {
+				add("evt_r_"+inv, "charge.refunded", stripetest.ChargeWithRefunds("ch_"+inv, inv, map[string]int64{"re_" + inv: amt / 2}))
+			}
+		}
+	}
+	r.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+	return evs[:n]
+}
+
+func load(ctx context.Context, evs []stripeevent.Event) {
+	pool := open(ctx, 8)
+	defer pool.Close()
+	var wg sync.WaitGroup
+	ch := make(chan stripeevent.Event)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				_, err := inbox.Store(ctx, pool, "billing", ev)
+				check(err)
+			}
+		}()
+	}
+	for _, ev := range evs {
+		ch <- ev
+	}
+	close(ch)
+	wg.Wait()
+}
+
+func resetBacklog(ctx context.Context) {
+	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox, anomalies")
+	exec0(ctx, "UPDATE webhook_inbox SET processed_at = NULL, outcome = NULL, attempts = 0, last_error = NULL, available_at = now()")
+	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
+	// Every timed run starts right after a checkpoint, so that none of them
+	// pays for (or escapes) a checkpoint and its full-page writes by chance.
+	exec0(ctx, "CHECKPOINT")
+}
+
+func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.Duration) {
+	pool := openWorkerPool(ctx, int32(drainers+1))
+	defer pool.Close()
+	// The worker's defaults (claims of 25), with the batch size given; 0 is
+	// the default batch.
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: drainers, BatchSize: batch}.WithDefaults()
+	check(cfg.Validate())
+	w := worker.New(pool, handlers.Default(), cfg, quiet, nil)
+	warm(ctx, pool)
+	start := time.Now()
+	s, err := w.Run(ctx)
+	check(err)
+	return s, time.Since(start)
+}
+
+// warm opens all of the pool's connections before the clock starts. A
+// deployed worker keeps its pool across warm invocations, so the drain rate
+// should not include connecting (tens of milliseconds a connection here,
+// which is a large share of a short batched run).
+func warm(ctx context.Context, pool *pgxpool.Pool) {
+	conns := make([]*pgxpool.Conn, pool.Config().MaxConns)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			c, err := pool.Acquire(ctx)
+			check(err)
+			check(c.Ping(ctx))
+			conns[i] = c
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
+func drain(ctx context.Context, out io.Writer) {
+	n := 6000
+	if *quick {
+		n = 600
+	}
+	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles, duplicates, separate Event objects, refunds); median of 3 runs\n\n", n)
+	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions (claim one row in its own transaction, then lock, upsert the invoice, book, queue, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
+	fmt.Fprintln(out)
+	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+	load(ctx, backlog(n))
+	var t table
+	for _, d := range []int{1, 4, 8} {
+		// Median of three runs each, interleaved, so that a burst of noise
+		// on a shared machine does not decide the ratio.
+		var rates1, rates10, limits []float64
+		var last worker.Summary
+		for range 3 {
+			resetBacklog(ctx)
+			s1, e1 := runWorker(ctx, d, 1)
+			rates1 = append(rates1, float64(s1.Processed+s1.Ignored)/e1.Seconds())
+			resetBacklog(ctx)
+			s10, e10 := runWorker(ctx, d, 0)
+			rates10 = append(rates10, float64(s10.Processed+s10.Ignored)/e10.Seconds())
+			last = s10
+			limits = append(limits, pgbenchDrain(ctx, d, n))
+		}
+		rate1, rate10, limit := median(rates1), median(rates10), median(limits)
+		s10 := last
+		t.add(strconv.Itoa(d), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
+			fmt.Sprintf("%d+%d", s10.Processed, s10.Ignored))
+	}
+	t.print(out, "drainers", "per-row receipts/s (batch 1)", fmt.Sprintf("batched receipts/s (batch %d)", worker.DefaultBatchSize), "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "processed")
+}
+
+// pgbenchDrain loads n invoice.paid receipts under endpoint 'pgbench' and
+// lets pgbench drain them with the seed's two transactions per row.
+func pgbenchDrain(ctx context.Context, clients, n int) float64 {
+	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox")
+	exec0(ctx, "DELETE FROM webhook_inbox WHERE endpoint = 'pgbench'")
+	per := n / clients
+	total := per * clients
+	exec0(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, object_id, payload)
+		SELECT 'stripe', 'pgbench', 'evt_pb_' || g, 'invoice.paid', false, 'in_pb_' || g, $1::jsonb
+		  FROM generate_series(1, $2) g`, string(samplePayload("evt_pb")), total)
+	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
+	exec0(ctx, "CHECKPOINT") // as resetBacklog does before the worker's runs
+	res := pgbenchTx(ctx, clients, per, `WITH picked AS (
+  SELECT provider, endpoint, event_id FROM webhook_inbox
+   WHERE processed_at IS NULL AND endpoint = 'pgbench' AND available_at <= now() AND attempts < 10
+   ORDER BY available_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+UPDATE webhook_inbox w SET attempts = w.attempts + 1, available_at = now() + interval '2 minutes'
+  FROM picked WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
+RETURNING w.event_id AS eid, w.object_id AS oid \gset
+BEGIN;
+SELECT set_config('statement_timeout', '10000ms', true);
+SELECT event_type, payload FROM webhook_inbox WHERE provider = 'stripe' AND endpoint = 'pgbench' AND event_id = :eid AND processed_at IS NULL FOR UPDATE;
+INSERT INTO invoices AS i (id, customer_id, status, currency, amount_due, amount_paid, paid_at) VALUES (:oid, 'cus_1', 'paid', 'usd', 1000, 1000, now())
+  ON CONFLICT (id) DO UPDATE SET status = 'paid', updated_at = now() WHERE i.status = ANY ('{draft,open,uncollectible}');
+SELECT status FROM invoices WHERE id = :oid FOR UPDATE;
+INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id) VALUES (:oid, 'payment', 1000, 'usd', :eid) ON CONFLICT DO NOTHING RETURNING id;
+INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Invoice', :oid, 'InvoicePaymentBooked', '{}');
+UPDATE webhook_inbox SET processed_at = now(), outcome = 'applied', last_error = NULL WHERE provider = 'stripe' AND endpoint = 'pgbench' AND event_id = :eid AND processed_at IS NULL;
+COMMIT;`)
+	left := count(ctx, "SELECT count(*) FROM webhook_inbox WHERE endpoint = 'pgbench' AND processed_at IS NULL")
+	if left != 0 {
+		fail(fmt.Errorf("pgbench drain left %d rows", left))
+	}
+	exec0(ctx, "DELETE FROM webhook_inbox WHERE endpoint = 'pgbench'")
+	return res.tps
+}
