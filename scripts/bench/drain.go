@@ -82,7 +82,13 @@ func resetBacklog(ctx context.Context) {
 }
 
 func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.Duration) {
-	pool := openWorkerPool(ctx, int32(drainers+1))
+	return runWorkerOn(ctx, *dbURL, drainers, batch)
+}
+
+// runWorkerOn runs the worker until the inbox is drained, its pool
+// connected to url.
+func runWorkerOn(ctx context.Context, url string, drainers, batch int) (worker.Summary, time.Duration) {
+	pool := openURL(ctx, url, int32(drainers+1), true)
 	defer pool.Close()
 	// The worker's defaults (claims of 25), with the batch size given; 0 is
 	// the default batch.
@@ -123,37 +129,42 @@ func drain(ctx context.Context, out io.Writer) {
 		n = 600
 	}
 	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles, duplicates, separate Event objects, refunds); median of 3 runs\n\n", n)
-	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions (claim one row in its own transaction, then lock, upsert the invoice, book, queue, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
+	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions with the packages' SQL (the worker's claim of one row in its own transaction, then statement timeout, lock, invoice.paid's statement, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
 	fmt.Fprintln(out)
 	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
 	load(ctx, backlog(n))
 	var t table
 	for _, d := range []int{1, 4, 8} {
-		// Median of three runs each, interleaved, so that a burst of noise
-		// on a shared machine does not decide the ratio.
-		var rates1, rates10, limits []float64
-		var last worker.Summary
-		for range 3 {
-			resetBacklog(ctx)
-			s1, e1 := runWorker(ctx, d, 1)
-			rates1 = append(rates1, float64(s1.Processed+s1.Ignored)/e1.Seconds())
-			resetBacklog(ctx)
-			s10, e10 := runWorker(ctx, d, 0)
-			rates10 = append(rates10, float64(s10.Processed+s10.Ignored)/e10.Seconds())
-			last = s10
-			limits = append(limits, pgbenchDrain(ctx, d, n))
+		for _, pinned := range cpuModes() {
+			withCPUs(ctx, pinned, func() {
+				// Median of three runs each, interleaved, so that a burst of
+				// noise on a shared machine does not decide the ratio.
+				var rates1, rates10, limits []float64
+				var last worker.Summary
+				for range 3 {
+					resetBacklog(ctx)
+					s1, e1 := runWorker(ctx, d, 1)
+					rates1 = append(rates1, float64(s1.Processed+s1.Ignored)/e1.Seconds())
+					resetBacklog(ctx)
+					s10, e10 := runWorker(ctx, d, 0)
+					rates10 = append(rates10, float64(s10.Processed+s10.Ignored)/e10.Seconds())
+					last = s10
+					limits = append(limits, pgbenchDrain(ctx, *dbURL, d, n))
+				}
+				rate1, rate10, limit := median(rates1), median(rates10), median(limits)
+				t.add(strconv.Itoa(d), cpuLabel(pinned), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
+					fmt.Sprintf("%d+%d", last.Processed, last.Ignored))
+			})
 		}
-		rate1, rate10, limit := median(rates1), median(rates10), median(limits)
-		s10 := last
-		t.add(strconv.Itoa(d), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
-			fmt.Sprintf("%d+%d", s10.Processed, s10.Ignored))
 	}
-	t.print(out, "drainers", "per-row receipts/s (batch 1)", fmt.Sprintf("batched receipts/s (batch %d)", worker.DefaultBatchSize), "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "processed")
+	t.print(out, "drainers", "CPUs", "per-row receipts/s (batch 1)", fmt.Sprintf("batched receipts/s (batch %d)", worker.DefaultBatchSize), "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "processed")
 }
 
 // pgbenchDrain loads n invoice.paid receipts under endpoint 'pgbench' and
-// lets pgbench drain them with the seed's two transactions per row.
-func pgbenchDrain(ctx context.Context, clients, n int) float64 {
+// lets pgbench drain them through url with the seed's two transactions per
+// row (see drainScript). Every other receipt must be processed: the claim
+// is the worker's.
+func pgbenchDrain(ctx context.Context, url string, clients, n int) float64 {
 	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox")
 	exec0(ctx, "DELETE FROM webhook_inbox WHERE endpoint = 'pgbench'")
 	per := n / clients
@@ -163,27 +174,32 @@ func pgbenchDrain(ctx context.Context, clients, n int) float64 {
 		  FROM generate_series(1, $2) g`, string(samplePayload("evt_pb")), total)
 	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
 	exec0(ctx, "CHECKPOINT") // as resetBacklog does before the worker's runs
-	res := pgbenchTx(ctx, clients, per, `WITH picked AS (
-  SELECT provider, endpoint, event_id FROM webhook_inbox
-   WHERE processed_at IS NULL AND endpoint = 'pgbench' AND available_at <= now() AND attempts < 10
-   ORDER BY available_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-UPDATE webhook_inbox w SET attempts = w.attempts + 1, available_at = now() + interval '2 minutes'
-  FROM picked WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
-RETURNING w.event_id AS eid, w.object_id AS oid \gset
-BEGIN;
-SELECT set_config('statement_timeout', '10000ms', true);
-SELECT event_type, payload FROM webhook_inbox WHERE provider = 'stripe' AND endpoint = 'pgbench' AND event_id = :eid AND processed_at IS NULL FOR UPDATE;
-INSERT INTO invoices AS i (id, customer_id, status, currency, amount_due, amount_paid, paid_at) VALUES (:oid, 'cus_1', 'paid', 'usd', 1000, 1000, now())
-  ON CONFLICT (id) DO UPDATE SET status = 'paid', updated_at = now() WHERE i.status = ANY ('{draft,open,uncollectible}');
-SELECT status FROM invoices WHERE id = :oid FOR UPDATE;
-INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id) VALUES (:oid, 'payment', 1000, 'usd', :eid) ON CONFLICT DO NOTHING RETURNING id;
-INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Invoice', :oid, 'InvoicePaymentBooked', '{}');
-UPDATE webhook_inbox SET processed_at = now(), outcome = 'applied', last_error = NULL WHERE provider = 'stripe' AND endpoint = 'pgbench' AND event_id = :eid AND processed_at IS NULL;
-COMMIT;`)
+	res := pgbenchTx(ctx, url, clients, per, drainScript())
 	left := count(ctx, "SELECT count(*) FROM webhook_inbox WHERE endpoint = 'pgbench' AND processed_at IS NULL")
 	if left != 0 {
 		fail(fmt.Errorf("pgbench drain left %d rows", left))
 	}
 	exec0(ctx, "DELETE FROM webhook_inbox WHERE endpoint = 'pgbench'")
 	return res.tps
+}
+
+// drainScript is the pgbench script of the drain's limit: the seed's two
+// transactions per receipt, with the packages' statements: the worker's
+// claim of one receipt (inbox.ClaimSQL, its own transaction), then the
+// statement timeout, the lock, invoice.paid's statement in the common case
+// (handlers.PayInvoiceSQL) and the mark, and the commit.
+func drainScript() string {
+	timeout := fmt.Sprintf("'%dms'", worker.DefaultStatementTimeout.Milliseconds())
+	// The claim returns provider, endpoint, event_id, event_type,
+	// coalesce (the object id), attempts: \gset makes them variables.
+	return pgbenchSQL(inbox.ClaimSQL, "NULL", strconv.Itoa(worker.DefaultMaxAttempts), "1", "120000") + ` \gset
+BEGIN;
+` + pgbenchSQL(inbox.SetLocalStatementTimeoutSQL, timeout) + `;
+` + pgbenchSQL(inbox.LockSQL, ":provider", ":endpoint", ":event_id") + `;
+` + pgbenchSQL(handlers.PayInvoiceSQL, ":coalesce", "'cus_1'", "'paid'", "'usd'", "1000", "1000", "'"+handlers.PaidFrom+"'",
+		"1700000000", strconv.Itoa(int(handlers.PaidRank)), ":event_id", "'InvoicePaymentBooked'",
+		`'{"invoice_id": "in", "customer_id": "cus_1", "amount": 1000, "currency": "usd"}'`, "ARRAY['ch_' || :coalesce]") + `;
+` + pgbenchSQL(inbox.MarkProcessedSQL, ":provider", ":endpoint", ":event_id", "'applied'", "NULL") + `;
+COMMIT;
+`
 }

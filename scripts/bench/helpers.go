@@ -28,6 +28,14 @@ func pool0(ctx context.Context) *pgxpool.Pool {
 	return sharedPool
 }
 
+// openURL opens a pool of conns connections to url, with the worker's
+// statement cache when prepared (config.LoadWorker), else as the webhook's.
+func openURL(ctx context.Context, url string, conns int32, prepared bool) *pgxpool.Pool {
+	p, err := database.Open(ctx, database.Config{URL: url, MaxConns: conns, PreparedStatements: prepared}, nil)
+	check(err)
+	return p
+}
+
 func open(ctx context.Context, conns int32) *pgxpool.Pool {
 	p, err := database.Open(ctx, database.Config{URL: *dbURL, MaxConns: conns}, nil)
 	check(err)
@@ -58,17 +66,25 @@ type pgbenchResult struct{ tps float64 }
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)
 
 func pgbench(ctx context.Context, clients int, d time.Duration, mode, script string) pgbenchResult {
+	return pgbenchOn(ctx, *dbURL, clients, d, mode, script)
+}
+
+func pgbenchOn(ctx context.Context, url string, clients int, d time.Duration, mode, script string) pgbenchResult {
 	// -T counts the initial connections too (about 60 ms each here, made by
 	// two threads); the tps pgbench reports excludes them, so give them time.
 	secs := int(d.Seconds()) + 1 + clients*60/1000
-	return runPgbench(ctx, script, "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-T", strconv.Itoa(secs))
+	return runPgbenchOn(ctx, url, script, "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-T", strconv.Itoa(secs))
 }
 
-func pgbenchTx(ctx context.Context, clients, perClient int, script string) pgbenchResult {
-	return runPgbench(ctx, script, "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-t", strconv.Itoa(perClient))
+func pgbenchTx(ctx context.Context, url string, clients, perClient int, script string) pgbenchResult {
+	return runPgbenchOn(ctx, url, script, "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-t", strconv.Itoa(perClient))
 }
 
 func runPgbench(ctx context.Context, script string, args ...string) pgbenchResult {
+	return runPgbenchOn(ctx, *dbURL, script, args...)
+}
+
+func runPgbenchOn(ctx context.Context, url, script string, args ...string) pgbenchResult {
 	f, err := os.CreateTemp("", "bench-*.sql")
 	check(err)
 	defer os.Remove(f.Name())
@@ -76,7 +92,7 @@ func runPgbench(ctx context.Context, script string, args ...string) pgbenchResul
 	check(err)
 	f.Close()
 	all := append([]string{"-n", "-f", f.Name()}, args...)
-	all = append(all, *dbURL)
+	all = append(all, url)
 	cmd := exec.CommandContext(ctx, "pgbench", all...)
 	outb, err := cmd.CombinedOutput()
 	if err != nil {
@@ -151,4 +167,28 @@ func check(err error) {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "bench:", err)
 	os.Exit(1)
+}
+
+var param = regexp.MustCompile(`\$([0-9]+)`)
+
+// pgbenchSQL is sql (a statement of the packages, with $1, $2, ...
+// parameters) with args[n-1] in place of each $n: pgbench variables
+// (:name) or literals. pgbench then sends the variables as parameters of a
+// prepared statement (-M prepared), as pgx does.
+func pgbenchSQL(sql string, args ...string) string {
+	return param.ReplaceAllStringFunc(sql, func(m string) string {
+		n, _ := strconv.Atoi(m[1:])
+		if n < 1 || n > len(args) {
+			fail(fmt.Errorf("pgbenchSQL: $%d without an argument in %s", n, sql))
+		}
+		return args[n-1]
+	})
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

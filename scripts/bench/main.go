@@ -27,10 +27,16 @@ var (
 	dbURL     = flag.String("db", "", "URL of the benchmark database (created and migrated by scripts/bench.sh)")
 	quick     = flag.Bool("quick", false, "smaller sizes (a smoke run)")
 	coldStart = flag.String("coldstart", "", "file with cold-start figures from the e2e suite (E2E_REPORT), if any")
-	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,scale,purge,cold,needsreview,latency,coverage); default all")
+	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,rtt,scale,purge,cold,needsreview,latency,coverage); default all")
 	localBin  = flag.String("local", ".tmp/local", "the cmd/local binary (latency and coverage run it as a process; scripts/bench.sh builds it)")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
-	quiet     = slog.New(slog.NewTextHandler(io.Discard, nil))
+	pin       = flag.Bool("pin", false, "receipts, drain and rtt also run with PostgreSQL pinned to CPU 0 and the benchmark to CPU 1 (see pin.go); needs 2 cores and a server of its own")
+	toxiAPI   = flag.String("toxiproxy", "", "toxiproxy's API URL (rtt: scripts/bench.sh starts it)")
+	toxiProxy = flag.String("toxiproxy-proxy", "", "name of the toxiproxy proxy in front of the benchmark's PostgreSQL")
+	toxiPort  = flag.Int("toxiproxy-port", 0, "the port that proxy listens on (127.0.0.1)")
+
+	toxiproxyPid = flag.Int("toxiproxy-pid", 0, "toxiproxy's process, pinned with the benchmark")
+	quiet        = slog.New(slog.NewTextHandler(io.Discard, nil))
 )
 
 type table struct{ rows [][]string }
@@ -67,6 +73,13 @@ func main() {
 	fmt.Fprintf(out, "# Benchmark %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(out, "CPU: %s (%d cores), PostgreSQL: %s\n\n", cpuName(), runtime.NumCPU(), pgVersion(ctx))
 	fmt.Fprintf(out, "Settings: %s\n\n", pgSettings(ctx))
+	fmt.Fprintf(out, "Load average at the start: %s (the machine may be shared: compare ratios, each measured against a limit in the same run)\n\n", loadAvg())
+	if modes := cpuModes(); modes[0] {
+		fmt.Fprintln(out, "CPU pinning: receipts, drain and rtt run twice. *pinned*: PostgreSQL's processes on CPU 0, the benchmark (with its pgbench and toxiproxy) on CPU 1 (taskset); *shared*: every process on both CPUs.")
+	} else {
+		fmt.Fprintln(out, "CPU pinning: off (BENCH_PIN=0, fewer than 2 cores, or a server the benchmark does not own): every process shares every CPU.")
+	}
+	fmt.Fprintln(out)
 
 	for _, sec := range []struct {
 		name string
@@ -74,6 +87,7 @@ func main() {
 	}{
 		{"receipts", func() { receipts(ctx, out) }},
 		{"drain", func() { drain(ctx, out) }},
+		{"rtt", func() { rtt(ctx, out) }},
 		{"scale", func() { scale(ctx, out) }},
 		{"purge", func() { purge(ctx, out) }},
 		{"cold", func() { cold(out) }},
