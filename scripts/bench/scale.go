@@ -67,19 +67,9 @@ func scale(ctx context.Context, out io.Writer) {
 		}
 		t.add(label, ms(pct(lat, 50)), ms(pct(lat, 99)), f0(rate), strconv.Itoa(s.Processed))
 		if withHistory {
-			fmt.Fprintln(out, "EXPLAIN of the claim query with the history present:")
-			fmt.Fprintln(out)
-			fmt.Fprintln(out, "```")
-			rows, err := pool0(ctx).Query(ctx, `EXPLAIN (COSTS OFF) SELECT provider, endpoint, event_id FROM webhook_inbox
-				WHERE processed_at IS NULL AND available_at <= now() AND attempts < 10 ORDER BY available_at LIMIT 10 FOR UPDATE SKIP LOCKED`)
+			plan, err := inbox.ExplainClaim(ctx, pool0(ctx), inbox.ClaimParams{MaxAttempts: worker.DefaultMaxAttempts, Limit: worker.DefaultClaimLimit, Lease: time.Hour}, "TEXT")
 			check(err)
-			for rows.Next() {
-				var line string
-				check(rows.Scan(&line))
-				fmt.Fprintln(out, line)
-			}
-			fmt.Fprintln(out, "```")
-			fmt.Fprintln(out)
+			fmt.Fprintf(out, "EXPLAIN (ANALYZE, BUFFERS) of the worker's claim (inbox.ExplainClaim, rolled back) with the history present, after the drain:\n\n```\n%s\n```\n\n", plan)
 		}
 	}
 	t.print(out, "table", "claim p50 ms", "claim p99 ms", "drain receipts/s (4 drainers, default batch, 30 s)", "processed")
