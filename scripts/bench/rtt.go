@@ -24,8 +24,11 @@ import (
 // client and PostgreSQL, as on AWS, where every statement goes through RDS
 // Proxy and a round trip costs about 1 ms: toxiproxy's latency toxic delays
 // every chunk of bytes by the given time in each direction (upstream and
-// downstream), so a round trip costs twice that, and the statements of one
-// pipeline cross together. At 0 the clients still go through the proxy.
+// downstream), so a round trip costs twice that. It holds each chunk until
+// the given time after the chunk arrived (toxics/latency.go of v2.12.0:
+// sleep := delay - time.Since(c.Timestamp)), not after the previous one, so
+// the statements of one pipeline cross together, as they would over a
+// network. At 0 the clients still go through the proxy.
 //
 // The drain compares, at 1 and 4 drainers: one receipt per transaction
 // (BATCH_SIZE=1), batches without the pipeline (loopDrain: a savepoint, then
