@@ -9,8 +9,20 @@
 #   scripts/bench.sh            full run
 #   scripts/bench.sh --quick    small sizes (a smoke run)
 #   scripts/bench.sh -only latency,coverage   some sections (receipts, drain,
-#       scale, purge, cold, needsreview, latency, coverage); cold starts are
-#       measured only when cold is among them
+#       rtt, scale, purge, cold, needsreview, latency, coverage); cold starts
+#       are measured only when cold is among them
+#
+# rtt (about 5 minutes) runs the drain (per-row, batches without the
+# pipeline, the pipeline; 1 and 4 drainers) and the receipt path through
+# toxiproxy with 0 and 1 ms of latency each way (installed into .tmp/bin).
+#
+# Pinning (BENCH_PIN=1, the default, on a machine with 2 cores or more):
+# receipts, drain and rtt run twice, with PostgreSQL's processes on CPU 0 and
+# the benchmark (with its pgbench and toxiproxy) on CPU 1, and with every
+# process on both. Moving a server's processes is only done to a server the
+# benchmark owns: with pinning on and no DATABASE_URL, it starts a throwaway
+# cluster (default, durable settings) instead of using 127.0.0.1:5432.
+# BENCH_PIN=0 turns pinning off.
 #
 # latency (about 9 minutes) streams 50 and 500 events/s for 60s each through
 # cmd/local's webhook and reports receipt-to-effect p50/p99/max with the
@@ -18,8 +30,9 @@
 # minutes) runs back-to-back resident invocations on the schedule scaled
 # down 20x and reports the share of time with a live poller.
 #
-# PostgreSQL: DATABASE_URL's server, else the one on 127.0.0.1:5432, else a
-# throwaway cluster with default (durable) settings. A database named
+# PostgreSQL: DATABASE_URL's server, else (pinning on) a throwaway cluster
+# with default (durable) settings, else the one on 127.0.0.1:5432, else a
+# throwaway cluster. A database named
 # inbox_bench is created (dropped first) on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,23 +40,6 @@ cd "$(dirname "$0")/.."
 . scripts/lib/postgres.sh
 
 command -v pgbench >/dev/null || { echo "pgbench is required (Debian: postgresql-contrib / postgresql-client)" >&2; exit 1; }
-
-server=${DATABASE_URL:-}
-if [ -z "$server" ]; then
-  if pg__answers "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"; then
-    server="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-  else
-    trap pg_stop_throwaway EXIT
-    pg_start_throwaway max_connections=300
-    server=$PG_THROWAWAY_URL
-  fi
-fi
-psql "$server" -Xqc "DROP DATABASE IF EXISTS inbox_bench WITH (FORCE)" -c "CREATE DATABASE inbox_bench" >/dev/null
-bench_url=$(printf '%s' "$server" | sed -E 's#/[^/?]*(\?|$)#/inbox_bench\1#')
-
-mkdir -p .tmp bench-results
-go build -o .tmp/bench ./scripts/bench
-go build -o .tmp/local ./cmd/local
 
 only=""
 prev=""
@@ -56,6 +52,42 @@ for a in "$@"; do
   esac
   prev=$a
 done
+has_section() { [ -z "$only" ] || [[ ",$only," == *,$1,* ]]; }
+
+pin=0
+if [ "${BENCH_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null \
+  && { has_section receipts || has_section drain || has_section rtt; }; then
+  pin=1
+fi
+
+server=${DATABASE_URL:-}
+if [ -n "$server" ]; then
+  pin=0 # not ours to move
+fi
+cleanup() {
+  if [ -n "${TOXIPROXY_PID:-}" ]; then toxiproxy_stop; fi
+  pg_stop_throwaway
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+if [ -z "$server" ]; then
+  if [ "$pin" = 1 ]; then
+    pg_start_throwaway max_connections=300
+    server=$PG_THROWAWAY_URL
+  elif pg__answers "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"; then
+    server="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+  else
+    pg_start_throwaway max_connections=300
+    server=$PG_THROWAWAY_URL
+  fi
+fi
+psql "$server" -Xqc "DROP DATABASE IF EXISTS inbox_bench WITH (FORCE)" -c "CREATE DATABASE inbox_bench" >/dev/null
+bench_url=$(printf '%s' "$server" | sed -E 's#/[^/?]*(\?|$)#/inbox_bench\1#')
+
+mkdir -p .tmp bench-results
+go build -o .tmp/bench ./scripts/bench
+go build -o .tmp/local ./cmd/local
+
 if [ -n "$only" ] && [[ ",$only," != *,cold,* ]]; then
   BENCH_COLDSTART=0
 fi
@@ -70,7 +102,20 @@ if [ -d e2e ] && [ "${BENCH_COLDSTART:-1}" = 1 ]; then
   fi
 fi
 
+extra=()
+if [ "$pin" = 1 ]; then extra+=(-pin); fi
+if has_section rtt; then
+  # shellcheck source=lib/toxiproxy.sh
+  . scripts/lib/toxiproxy.sh
+  toxiproxy_install "$PWD/.tmp/bin"
+  toxiproxy_start "$PWD/.tmp/bin" "$PWD/.tmp/toxiproxy-bench.log"
+  upstream=$(printf '%s' "$server" | sed -E 's#^[a-z]+://([^@/]*@)?([^/?]*).*#\2#')
+  case $upstream in *:*) ;; *) upstream="$upstream:5432" ;; esac
+  port=$(toxiproxy_add_proxy pg "$upstream")
+  extra+=(-toxiproxy "$TOXIPROXY_API" -toxiproxy-proxy pg -toxiproxy-port "$port" -toxiproxy-pid "$TOXIPROXY_PID")
+fi
+
 out="bench-results/$(date -u +%Y-%m-%d)-$(uname -m)${only:+-${only//,/-}}.md"
-.tmp/bench -db "$bench_url" -coldstart "$coldstart" -local .tmp/local "$@" | tee "$out"
+.tmp/bench -db "$bench_url" -coldstart "$coldstart" -local .tmp/local "${extra[@]}" "$@" | tee "$out"
 psql "$server" -Xqc "DROP DATABASE IF EXISTS inbox_bench WITH (FORCE)" >/dev/null
 echo "written to $out" >&2

@@ -362,7 +362,7 @@ func TestIAMGrantsAreScoped(t *testing.T) {
 		// after a rollback); the migrate function never.
 		for user, prefix := range map[string]string{
 			MasterUser: "MigrateFunction", WebhookUser: "WebhookFunction", WorkerUser: "WorkerFunction", PurgeUser: "PurgeFunction",
-			OpsUser: "OpsFunction",
+			OpsUser:       "OpsFunction",
 			ReconcileUser: "ReconcilestoreFunction",
 		} {
 			require.Len(t, connectUsers[user], 1, "%s: %v", user, connectUsers[user])

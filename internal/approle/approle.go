@@ -14,6 +14,7 @@
 //     duplicate delivery counts itself). Nothing else: it cannot read
 //     payloads, change a receipt otherwise, delete one, or touch any other
 //     table.
+//
 //   - the reconciler's store function's user (inbox_reconcile; optional,
 //     Roles.Reconcile): the webhook's INSERT on webhook_inbox (store a
 //     receipt, read back its key), and SELECT, INSERT and UPDATE on

@@ -26,12 +26,13 @@ import (
 
 // DB is the transaction a handler runs in.
 //
-// In a batch, the worker runs each handler as a coroutine and may send its
-// first statement in one round trip with those of other receipts (each under
-// its own savepoint), before it hands the handler the result. So a handler
-// uses DB only from its own goroutine, reads a row (Scan) or closes Rows
-// before its next call, as with pgx, and keeps its statements in the
-// transaction it is given (no COMMIT, ROLLBACK or savepoints of its own).
+// In a batch, the worker runs each handler as a job of internal/batch,
+// which may send its first statement in one round trip with those of other
+// receipts (each under its own savepoint) before it hands the handler the
+// result. So a handler uses DB only from its own goroutine, reads a row
+// (Scan) or closes Rows before its next call, as with pgx, and keeps its
+// statements in the transaction it is given (no COMMIT, ROLLBACK or
+// savepoints of its own): batch.DB's rules.
 //
 // A handler may run more than once for one receipt: when a batch
 // transaction fails (another receipt's handler broke it, the connection was

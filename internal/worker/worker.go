@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -534,42 +533,6 @@ func (w *Worker) backoff(attempt int) time.Duration {
 	exp := math.Pow(2, float64(max(attempt-1, 0)))
 	d := time.Duration(math.Min(float64(w.cfg.BackoffCap), float64(w.cfg.BackoffBase)*exp))
 	return time.Duration(float64(d) * (0.5 + w.Jitter()/2))
-}
-
-// applyHandler runs the handler for ev. A panic in it is returned as a
-// *panicError, so that it fails only this receipt: re-raised, it would end
-// the process (the drainer goroutines are not the Lambda runtime's, which
-// does not recover them) and lose every drainer's work in flight.
-func applyHandler(ctx context.Context, reg handlers.Registry, db handlers.DB, ev handlers.Event) (res handlers.Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			res, err = handlers.Result{}, &panicError{value: p, stack: debug.Stack()}
-		}
-	}()
-	return reg.Apply(ctx, db, ev)
-}
-
-// panicError is a handler's panic: its value and the stack where it
-// happened.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string {
-	// From the frame that panicked: the frames above it (debug.Stack, the
-	// deferred function, panic itself) say nothing about the cause.
-	stack := string(e.stack)
-	if i := strings.Index(stack, "\npanic("); i >= 0 {
-		rest := stack[i+1:]
-		for range 2 { // the panic( line and its file:line
-			if j := strings.IndexByte(rest, '\n'); j >= 0 {
-				rest = rest[j+1:]
-			}
-		}
-		stack = rest
-	}
-	return fmt.Sprintf("%v\n%s", e.value, stack)
 }
 
 // describe turns an error into last_error: its class and a truncated message.

@@ -1,0 +1,327 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/batch"
+	"github.com/stripe-inbox/inbox/internal/pgtest"
+)
+
+// testBundle is a database with a table of counters (one row per job key,
+// n = how many times the job's statements took effect) and a connection
+// that counts its round trips (the times the client wrote to the server and
+// then waited: every write of pgx's ends with a Sync or a simple query).
+type testBundle struct {
+	db     *pgtest.Database
+	conn   *pgx.Conn
+	writes *atomic.Int64
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, "CREATE TABLE counters (k int PRIMARY KEY, n int NOT NULL DEFAULT 0)")
+	require.NoError(t, err)
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	writes := &atomic.Int64{}
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: writes}, nil
+	}
+	// No statement cache: a statement seen for the first time would cost a
+	// round trip of its own to prepare.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return &testBundle{db: db, conn: conn, writes: writes}
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// run runs jobs in one transaction with batch.Run and commits (or rolls
+// back when Run fails). It returns what Run returned and the round trips
+// Run made.
+func (b *testBundle) run(t *testing.T, ctx context.Context, jobs []batch.Job, more func() bool) (int, []error, error, int64) {
+	t.Helper()
+	tx, err := b.conn.Begin(ctx)
+	require.NoError(t, err)
+	before := b.writes.Load()
+	n, errs, err := batch.Run(ctx, tx, jobs, more)
+	trips := b.writes.Load() - before
+	if err != nil {
+		require.NoError(t, tx.Rollback(context.Background()))
+		return n, errs, err, trips
+	}
+	require.NoError(t, tx.Commit(ctx))
+	return n, errs, nil, trips
+}
+
+// bump is a job of statements statements, each adding 1 to counter k (so
+// counter k ends at statements when they all took effect once), that then
+// returns fail.
+func bump(k, statements int, fail error) batch.Job {
+	return func(ctx context.Context, db batch.DB) error {
+		for range statements {
+			if _, err := db.Exec(ctx, "INSERT INTO counters (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1", k); err != nil {
+				return err
+			}
+		}
+		return fail
+	}
+}
+
+func (b *testBundle) counter(t *testing.T, k int) int {
+	t.Helper()
+	var n int
+	err := b.db.Pool.QueryRow(context.Background(), "SELECT n FROM counters WHERE k = $1", k).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0
+	}
+	require.NoError(t, err)
+	return n
+}
+
+func TestJobsOfOneStatementShareOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var jobs []batch.Job
+	for k := range 20 {
+		jobs = append(jobs, bump(k, 1, nil))
+	}
+	n, errs, err, trips := b.run(t, context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+	require.Equal(t, make([]error, 20), errs)
+	require.EqualValues(t, 1, trips, "20 savepoints and 20 statements in one pipeline")
+	for k := range 20 {
+		require.Equal(t, 1, b.counter(t, k))
+	}
+}
+
+func TestAJobOfSeveralStatementsCutsTheWaveAndNothingIsAppliedTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Job 2 needs three statements: the jobs after it in the first wave are
+	// rolled back and sent again, so each counter must end at its job's
+	// statement count exactly.
+	counts := []int{1, 1, 3, 1, 1, 1}
+	var jobs []batch.Job
+	for k, c := range counts {
+		jobs = append(jobs, bump(k, c, nil))
+	}
+	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Equal(t, len(counts), n)
+	require.Equal(t, make([]error, len(counts)), errs)
+	for k, c := range counts {
+		require.Equal(t, c, b.counter(t, k), "counter %d", k)
+	}
+}
+
+func TestAFailingJobIsRolledBackToItsSavepointAndTheOthersStay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	boom := errors.New("boom")
+	jobs := []batch.Job{bump(0, 1, nil), bump(1, 1, nil), bump(2, 2, boom), bump(3, 1, nil), bump(4, 1, nil)}
+	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+	require.ErrorIs(t, errs[2], boom)
+	for _, k := range []int{0, 1, 3, 4} {
+		require.NoError(t, errs[k])
+		require.Equal(t, 1, b.counter(t, k))
+	}
+	require.Equal(t, 0, b.counter(t, 2), "the failed job's statements were rolled back")
+}
+
+func TestAStatementThatFailsInThePipelineFailsOnlyItsJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := func(ctx context.Context, db batch.DB) error {
+		_, err := db.Exec(ctx, "INSERT INTO counters (k, n) VALUES (NULL, 1)") // not null violation
+		return err
+	}
+	jobs := []batch.Job{bump(0, 1, nil), bad, bump(2, 1, nil), bump(3, 1, nil)}
+	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, errs[1], &pgErr)
+	require.Equal(t, "23502", pgErr.Code)
+	for _, k := range []int{0, 2, 3} {
+		require.NoError(t, errs[k])
+		require.Equal(t, 1, b.counter(t, k))
+	}
+}
+
+func TestQueryRowAndQueryRepliesReachTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.db.Pool.Exec(context.Background(), "INSERT INTO counters (k, n) VALUES (100, 7), (101, 8)")
+	require.NoError(t, err)
+	var found, missing, sum int
+	var noRows error
+	jobs := []batch.Job{
+		func(ctx context.Context, db batch.DB) error {
+			return db.QueryRow(ctx, "SELECT n FROM counters WHERE k = 100").Scan(&found)
+		},
+		func(ctx context.Context, db batch.DB) error {
+			noRows = db.QueryRow(ctx, "SELECT n FROM counters WHERE k = -1").Scan(&missing)
+			return nil
+		},
+		func(ctx context.Context, db batch.DB) error { // rows: a Query goes alone
+			rows, err := db.Query(ctx, "SELECT n FROM counters WHERE k >= 100 ORDER BY k")
+			if err != nil {
+				return err
+			}
+			ns, err := pgx.CollectRows(rows, pgx.RowTo[int])
+			for _, n := range ns {
+				sum += n
+			}
+			return err
+		},
+		bump(3, 1, nil),
+	}
+	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	require.Equal(t, make([]error, 4), errs)
+	require.Equal(t, 7, found)
+	require.ErrorIs(t, noRows, pgx.ErrNoRows)
+	require.Equal(t, 15, sum)
+	require.Equal(t, 1, b.counter(t, 3))
+}
+
+func TestRunStopsStartingJobsWhenMoreSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	asked := 0
+	more := func() bool { asked++; return asked < 3 } // the first job, then two more
+	var jobs []batch.Job
+	for k := range 6 {
+		jobs = append(jobs, bump(k, 1, nil))
+	}
+	n, errs, err, _ := b.run(t, context.Background(), jobs, more)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Len(t, errs, 3)
+	for k := range 6 {
+		want := 0
+		if k < 3 {
+			want = 1
+		}
+		require.Equal(t, want, b.counter(t, k), "counter %d", k)
+	}
+}
+
+func TestACallWhoseContextIsDoneIsNotSentOnEitherPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	jobs := []batch.Job{
+		bump(0, 1, nil),
+		// Pipeline path: its first call.
+		func(_ context.Context, db batch.DB) error {
+			_, err := db.Exec(cancelled, "INSERT INTO counters (k, n) VALUES (1, 1)")
+			return err
+		},
+		// Alone path: its second call, after a first one that ran.
+		func(ctx context.Context, db batch.DB) error {
+			if _, err := db.Exec(ctx, "INSERT INTO counters (k, n) VALUES (2, 1)"); err != nil {
+				return err
+			}
+			_, err := db.Exec(cancelled, "INSERT INTO counters (k, n) VALUES (20, 1)")
+			return err
+		},
+		bump(3, 1, nil),
+	}
+	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], context.Canceled)
+	require.ErrorIs(t, errs[2], context.Canceled)
+	require.NoError(t, errs[3])
+	require.Equal(t, 1, b.counter(t, 0))
+	require.Equal(t, 0, b.counter(t, 1), "not sent")
+	require.Equal(t, 0, b.counter(t, 2), "its job failed: rolled back to its savepoint")
+	require.Equal(t, 0, b.counter(t, 20), "not sent")
+	require.Equal(t, 1, b.counter(t, 3))
+}
+
+func TestAJobThatSwallowsAnErrorFailsTheTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	swallow := func(ctx context.Context, db batch.DB) error {
+		_, _ = db.Exec(ctx, "INSERT INTO counters (k, n) VALUES (NULL, 1)")
+		_, err := db.Exec(ctx, "INSERT INTO counters (k, n) VALUES (1, 1)") // in an aborted transaction
+		_ = err
+		return nil
+	}
+	_, _, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), swallow, bump(2, 1, nil)}, nil)
+	// Run sees the aborted transaction (b.run then rolls back), or the
+	// commit fails: nothing of it holds either way.
+	_ = err
+	require.Equal(t, 0, b.db.Count(t, "counters", ""), "an aborted transaction commits nothing")
+}
+
+func TestRandomMixesApplyEveryJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	for round := range 20 {
+		_, err := b.db.Pool.Exec(context.Background(), "TRUNCATE counters")
+		require.NoError(t, err)
+		size := 1 + r.IntN(50)
+		counts := make([]int, size)
+		fails := make([]bool, size)
+		var jobs []batch.Job
+		for k := range size {
+			counts[k] = r.IntN(4) // 0 to 3 statements
+			var fail error
+			if r.IntN(6) == 0 {
+				fails[k], fail = true, fmt.Errorf("job %d fails", k)
+			}
+			jobs = append(jobs, bump(k, counts[k], fail))
+		}
+		n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+		require.NoError(t, err, "round %d", round)
+		require.Equal(t, size, n)
+		for k := range size {
+			want := counts[k]
+			if fails[k] {
+				want = 0
+				require.Error(t, errs[k], "round %d job %d", round, k)
+			} else {
+				require.NoError(t, errs[k], "round %d job %d", round, k)
+			}
+			require.Equal(t, want, b.counter(t, k), "round %d job %d (%d statements, fails %v)", round, k, counts[k], fails[k])
+		}
+	}
+}

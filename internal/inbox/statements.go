@@ -1,0 +1,13 @@
+package inbox
+
+// The statements of queries.go that scripts/bench hands to pgbench, so that
+// the limit each benchmark is measured against runs exactly the SQL the
+// webhook and the worker run (with pgbench variables in place of the $n
+// parameters). Nothing in the application uses these names.
+const (
+	StoreSQL                    = storeReceipt             // see storeReceipt for its parameters
+	ClaimSQL                    = claimReceipts            // see claimReceipts
+	LockSQL                     = lockReceipt              // see lockReceipt
+	MarkProcessedSQL            = markProcessed            // see markProcessed
+	SetLocalStatementTimeoutSQL = setLocalStatementTimeout // see setLocalStatementTimeout
+)

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+	"github.com/stripe-inbox/inbox/internal/worker"
+)
+
+// backlog generates n receipts of invoice lifecycles with duplicates,
+// separate Event objects for one fact, and refunds.
+func backlog(n int) []stripeevent.Event {
+	// The one invoice-lifecycle generator (internal/stripetest), test mode
+	// as the bench's worker books, 10% twin Event objects; the same seed
+	// gives the same events.
+	g := stripetest.NewGenerator(rand.New(rand.NewPCG(1, 2)), stripetest.Options{Prefix: "b", TwinRate: 0.1})
+	var evs []stripeevent.Event
+	for len(evs) < n {
+		for _, ge := range g.Shuffled(max(1, (n-len(evs))/6)) { // about 6 events per lifecycle
+			ev, err := stripeevent.Verify(ge.Payload, stripetest.Sign(ge.Payload, time.Now(), secret), []string{secret})
+			check(err)
+			evs = append(evs, ev)
+		}
+	}
+	return evs[:n]
+}
+
+func load(ctx context.Context, evs []stripeevent.Event) {
+	pool := open(ctx, 8)
+	defer pool.Close()
+	var wg sync.WaitGroup
+	ch := make(chan stripeevent.Event)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				_, err := inbox.Store(ctx, pool, "billing", ev)
+				check(err)
+			}
+		}()
+	}
+	for _, ev := range evs {
+		ch <- ev
+	}
+	close(ch)
+	wg.Wait()
+}
+
+func resetBacklog(ctx context.Context) {
+	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox, anomalies")
+	exec0(ctx, "UPDATE webhook_inbox SET processed_at = NULL, outcome = NULL, attempts = 0, last_error = NULL, available_at = now()")
+	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
+	// Every timed run starts right after a checkpoint, so that none of them
+	// pays for (or escapes) a checkpoint and its full-page writes by chance.
+	exec0(ctx, "CHECKPOINT")
+}
+
+func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.Duration) {
+	return runWorkerOn(ctx, *dbURL, drainers, batch)
+}
+
+// runWorkerOn runs the worker until the inbox is drained, its pool
+// connected to url.
+func runWorkerOn(ctx context.Context, url string, drainers, batch int) (worker.Summary, time.Duration) {
+	pool := openURL(ctx, url, int32(drainers+1), true)
+	defer pool.Close()
+	// The worker's defaults (claims of 25), with the batch size given; 0 is
+	// the default batch.
+	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: drainers, BatchSize: batch}.WithDefaults()
+	check(cfg.Validate())
+	w, err := worker.New(pool, handlers.Default(), cfg, quiet, nil)
+	check(err)
+	warm(ctx, pool)
+	start := time.Now()
+	s, err := w.Run(ctx)
+	check(err)
+	return s, time.Since(start)
+}
+
+// warm opens all of the pool's connections before the clock starts. A
+// deployed worker keeps its pool across warm invocations, so the drain rate
+// should not include connecting (tens of milliseconds a connection here,
+// which is a large share of a short batched run).
+func warm(ctx context.Context, pool *pgxpool.Pool) {
+	conns := make([]*pgxpool.Conn, pool.Config().MaxConns)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			c, err := pool.Acquire(ctx)
+			check(err)
+			check(c.Ping(ctx))
+			conns[i] = c
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
+func drain(ctx context.Context, out io.Writer) {
+	n := 6000
+	if *quick {
+		n = 600
+	}
+	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles, duplicates, separate Event objects, refunds); median of 3 runs\n\n", n)
+	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions with the packages' SQL (the worker's claim of one row in its own transaction, then statement timeout, lock, invoice.paid's statement, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
+	fmt.Fprintln(out)
+	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+	load(ctx, backlog(n))
+	var t table
+	for _, d := range []int{1, 4, 8} {
+		for _, pinned := range cpuModes() {
+			withCPUs(ctx, pinned, func() {
+				// Median of three runs each, interleaved, so that a burst of
+				// noise on a shared machine does not decide the ratio.
+				var rates1, rates10, limits []float64
+				var last worker.Summary
+				for range 3 {
+					resetBacklog(ctx)
+					s1, e1 := runWorker(ctx, d, 1)
+					rates1 = append(rates1, float64(s1.Processed+s1.Ignored)/e1.Seconds())
+					resetBacklog(ctx)
+					s10, e10 := runWorker(ctx, d, 0)
+					rates10 = append(rates10, float64(s10.Processed+s10.Ignored)/e10.Seconds())
+					last = s10
+					limits = append(limits, pgbenchDrain(ctx, *dbURL, d, n))
+				}
+				rate1, rate10, limit := median(rates1), median(rates10), median(limits)
+				t.add(strconv.Itoa(d), cpuLabel(pinned), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
+					fmt.Sprintf("%d+%d", last.Processed, last.Ignored))
+			})
+		}
+	}
+	t.print(out, "drainers", "CPUs", "per-row receipts/s (batch 1)", fmt.Sprintf("batched receipts/s (batch %d)", worker.DefaultBatchSize), "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "processed")
+}
+
+// pgbenchDrain loads n invoice.paid receipts under endpoint 'pgbench' and
+// lets pgbench drain them through url with the seed's two transactions per
+// row (see drainScript). Every other receipt must be processed: the claim
+// is the worker's.
+func pgbenchDrain(ctx context.Context, url string, clients, n int) float64 {
+	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox")
+	exec0(ctx, "DELETE FROM webhook_inbox WHERE endpoint = 'pgbench'")
+	per := n / clients
+	total := per * clients
+	exec0(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, object_id, payload)
+		SELECT 'stripe', 'pgbench', 'evt_pb_' || g, 'invoice.paid', false, 'in_pb_' || g, $1::jsonb
+		  FROM generate_series(1, $2) g`, string(samplePayload("evt_pb")), total)
+	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
+	exec0(ctx, "CHECKPOINT") // as resetBacklog does before the worker's runs
+	res := pgbenchTx(ctx, url, clients, per, drainScript())
+	left := count(ctx, "SELECT count(*) FROM webhook_inbox WHERE endpoint = 'pgbench' AND processed_at IS NULL")
+	if left != 0 {
+		fail(fmt.Errorf("pgbench drain left %d rows", left))
+	}
+	exec0(ctx, "DELETE FROM webhook_inbox WHERE endpoint = 'pgbench'")
+	return res.tps
+}
+
+// drainScript is the pgbench script of the drain's limit: the seed's two
+// transactions per receipt, with the packages' statements: the worker's
+// claim of one receipt (inbox.ClaimSQL, its own transaction), then the
+// statement timeout, the lock, invoice.paid's statement in the common case
+// (handlers.PayInvoiceSQL) and the mark, and the commit.
+func drainScript() string {
+	timeout := fmt.Sprintf("'%dms'", worker.DefaultStatementTimeout.Milliseconds())
+	// The claim returns provider, endpoint, event_id, event_type,
+	// coalesce (the object id), attempts: \gset makes them variables.
+	return pgbenchSQL(inbox.ClaimSQL, "NULL", strconv.Itoa(worker.DefaultMaxAttempts), "1", "120000") + ` \gset
+BEGIN;
+` + pgbenchSQL(inbox.SetLocalStatementTimeoutSQL, timeout) + `;
+` + pgbenchSQL(inbox.LockSQL, ":provider", ":endpoint", ":event_id") + `;
+` + pgbenchSQL(handlers.PayInvoiceSQL, ":coalesce", "'cus_1'", "'paid'", "'usd'", "1000", "1000", "'"+handlers.PaidFrom+"'",
+		"1700000000", strconv.Itoa(int(handlers.PaidRank)), ":event_id", "'InvoicePaymentBooked'",
+		`'{"invoice_id": "in", "customer_id": "cus_1", "amount": 1000, "currency": "usd"}'`, "ARRAY['ch_' || :coalesce]") + `;
+` + pgbenchSQL(inbox.MarkProcessedSQL, ":provider", ":endpoint", ":event_id", "'applied'", "NULL") + `;
+COMMIT;
+`
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe-inbox/inbox/internal/database"
+)
+
+var (
+	sharedPool *pgxpool.Pool
+	sharedOnce sync.Once
+)
+
+func pool0(ctx context.Context) *pgxpool.Pool {
+	sharedOnce.Do(func() { sharedPool = open(ctx, 2) })
+	return sharedPool
+}
+
+// openURL opens a pool of conns connections to url, with the worker's
+// statement cache when prepared (config.LoadWorker), else as the webhook's.
+func openURL(ctx context.Context, url string, conns int32, prepared bool) *pgxpool.Pool {
+	p, err := database.Open(ctx, database.Config{URL: url, MaxConns: conns, PreparedStatements: prepared}, nil)
+	check(err)
+	return p
+}
+
+func open(ctx context.Context, conns int32) *pgxpool.Pool {
+	p, err := database.Open(ctx, database.Config{URL: *dbURL, MaxConns: conns}, nil)
+	check(err)
+	return p
+}
+
+// openWorkerPool opens a pool configured as the worker's (config.LoadWorker).
+func openWorkerPool(ctx context.Context, conns int32) *pgxpool.Pool {
+	p, err := database.Open(ctx, database.Config{URL: *dbURL, MaxConns: conns, PreparedStatements: true}, nil)
+	check(err)
+	return p
+}
+
+func exec0(ctx context.Context, sql string, args ...any) {
+	if _, err := pool0(ctx).Exec(ctx, sql, args...); err != nil {
+		fail(fmt.Errorf("%s: %w", strings.Fields(sql)[0], err))
+	}
+}
+
+func count(ctx context.Context, sql string) int64 {
+	var n int64
+	check(pool0(ctx).QueryRow(ctx, sql).Scan(&n))
+	return n
+}
+
+type pgbenchResult struct{ tps float64 }
+
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)
+
+func pgbench(ctx context.Context, clients int, d time.Duration, mode, script string) pgbenchResult {
+	return pgbenchOn(ctx, *dbURL, clients, d, mode, script)
+}
+
+func pgbenchOn(ctx context.Context, url string, clients int, d time.Duration, mode, script string) pgbenchResult {
+	// -T counts the initial connections too (about 60 ms each here, made by
+	// two threads); the tps pgbench reports excludes them, so give them time.
+	secs := int(d.Seconds()) + 1 + clients*60/1000
+	return runPgbenchOn(ctx, url, script, "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-T", strconv.Itoa(secs))
+}
+
+func pgbenchTx(ctx context.Context, url string, clients, perClient int, script string) pgbenchResult {
+	return runPgbenchOn(ctx, url, script, "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-t", strconv.Itoa(perClient))
+}
+
+func runPgbench(ctx context.Context, script string, args ...string) pgbenchResult {
+	return runPgbenchOn(ctx, *dbURL, script, args...)
+}
+
+func runPgbenchOn(ctx context.Context, url, script string, args ...string) pgbenchResult {
+	f, err := os.CreateTemp("", "bench-*.sql")
+	check(err)
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(script)
+	check(err)
+	f.Close()
+	all := append([]string{"-n", "-f", f.Name()}, args...)
+	all = append(all, url)
+	cmd := exec.CommandContext(ctx, "pgbench", all...)
+	outb, err := cmd.CombinedOutput()
+	if err != nil {
+		fail(fmt.Errorf("pgbench %v: %w\n%s", args, err, outb))
+	}
+	m := tpsLine.FindSubmatch(outb)
+	if m == nil {
+		fail(fmt.Errorf("pgbench printed no tps:\n%s", outb))
+	}
+	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	return pgbenchResult{tps: tps}
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+func f0(v float64) string       { return fmt.Sprintf("%.0f", v) }
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+func cpuName() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				_, v, _ := strings.Cut(l, ":")
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return runtime.GOARCH
+}
+
+func pgVersion(ctx context.Context) string {
+	var v string
+	check(pool0(ctx).QueryRow(ctx, "SHOW server_version").Scan(&v))
+	return v
+}
+
+func pgSettings(ctx context.Context) string {
+	var parts []string
+	for _, s := range []string{"fsync", "synchronous_commit", "wal_sync_method", "shared_buffers", "max_connections"} {
+		var v string
+		check(pool0(ctx).QueryRow(ctx, "SHOW "+s).Scan(&v))
+		parts = append(parts, s+"="+v)
+	}
+	b, _ := json.Marshal(parts)
+	return strings.Trim(string(b), "[]")
+}
+
+func check(err error) {
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+var param = regexp.MustCompile(`\$([0-9]+)`)
+
+// pgbenchSQL is sql (a statement of the packages, with $1, $2, ...
+// parameters) with args[n-1] in place of each $n: pgbench variables
+// (:name) or literals. pgbench then sends the variables as parameters of a
+// prepared statement (-M prepared), as pgx does.
+func pgbenchSQL(sql string, args ...string) string {
+	return param.ReplaceAllStringFunc(sql, func(m string) string {
+		n, _ := strconv.Atoi(m[1:])
+		if n < 1 || n > len(args) {
+			fail(fmt.Errorf("pgbenchSQL: $%d without an argument in %s", n, sql))
+		}
+		return args[n-1]
+	})
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
