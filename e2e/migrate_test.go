@@ -115,7 +115,7 @@ func TestMigrate(t *testing.T) {
 	}
 
 	s := deploy()
-	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 4 {
+	if len(s.Applied) != len(all) || s.Current != all[len(all)-1].Version || s.Roles.Owner != roles["owner"] || !s.Roles.OwnerCreated || len(s.Roles.Users) != 5 {
 		t.Errorf("first deploy: %+v, want %d migrations applied up to %s, owner %s and five users created (ops and reconcile too)", s, len(all), all[len(all)-1].Version, roles["owner"])
 	}
 	for _, u := range s.Roles.Users {

@@ -207,6 +207,9 @@ func (r Roles) Validate(master string) error {
 	if r.Ops != "" {
 		check("the ops function's role", r.Ops)
 	}
+	if r.Reconcile != "" {
+		check("the reconcile's role", r.Reconcile)
+	}
 	if r.Legacy != "" {
 		check("the earlier release's shared role (kept)", r.Legacy)
 	}

@@ -12,15 +12,16 @@ import (
 )
 
 // TestReceiptsOfAnotherAPIVersionAreCounted: a receipt whose API version is
-// not the one the handlers are written for is processed as usual and
-// counted once (UnexpectedApiVersion by endpoint and version, and the run's
+// not the one the stage declares, but one the handlers understand, is
+// processed as usual and counted once (a release they do not understand is
+// refused by handlers.CheckAPIVersion: apiversion_test.go) (UnexpectedApiVersion by endpoint and version, and the run's
 // total for the alarm), only when it is first claimed.
 func TestReceiptsOfAnotherAPIVersionAreCounted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.receive(t, paid("evt_ok", "in_1"))
-	b.receive(t, withVersion(t, paid("evt_new_1", "in_2"), "2099-01-01.future"))
-	b.receive(t, withVersion(t, stripetest.Event("evt_new_2", "customer.updated", map[string]any{"id": "cus_1"}), "2099-01-01.future"))
+	b.receive(t, withVersion(t, paid("evt_new_1", "in_2"), "2025-08-27.basil"))
+	b.receive(t, withVersion(t, stripetest.Event("evt_new_2", "customer.updated", map[string]any{"id": "cus_1"}), "2025-08-27.basil"))
 	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, APIVersion: stripetest.APIVersion})
 	s := b.run(t, w)
 	require.Equal(t, 2, s.UnexpectedAPIVersion)
@@ -32,7 +33,7 @@ func TestReceiptsOfAnotherAPIVersionAreCounted(t *testing.T) {
 		if _, ok := m["UnexpectedApiVersion"]; !ok {
 			continue
 		}
-		if m["Endpoint"] == "billing" && m["ApiVersion"] == "2099-01-01.future" {
+		if m["Endpoint"] == "billing" && m["ApiVersion"] == "2025-08-27.basil" {
 			detail += int(m["UnexpectedApiVersion"].(float64))
 		} else if _, dims := m["Endpoint"]; !dims {
 			total += int(m["UnexpectedApiVersion"].(float64))
@@ -48,7 +49,7 @@ func TestReceiptsOfAnotherAPIVersionAreCounted(t *testing.T) {
 
 	// Without a declared version nothing is counted or emitted.
 	b2 := setup(t)
-	b2.receive(t, withVersion(t, paid("evt_new", "in_3"), "2099-01-01.future"))
+	b2.receive(t, withVersion(t, paid("evt_new", "in_3"), "2025-08-27.basil"))
 	require.Zero(t, b2.run(t, b2.newWorker(t, nil, worker.Config{Concurrency: 1})).UnexpectedAPIVersion)
 	require.NotContains(t, b2.metrics.String(), "UnexpectedApiVersion")
 }
@@ -57,6 +58,6 @@ func TestAPIVersionIsValidated(t *testing.T) {
 	t.Parallel()
 	cfg := worker.Config{Mode: worker.ModeTest, APIVersion: "latest"}.WithDefaults()
 	require.ErrorContains(t, cfg.Validate(), `STRIPE_API_VERSION: "latest" is not a Stripe API version`)
-	cfg.APIVersion = "2025-03-31.basil"
+	cfg.APIVersion = "2025-08-27.basil"
 	require.NoError(t, cfg.Validate())
 }
