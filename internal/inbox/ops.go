@@ -89,6 +89,9 @@ type Receipt struct {
 	Outcome           string     `json:"outcome,omitempty"`
 	SecretFingerprint string     `json:"secret_fingerprint,omitempty"`
 	Duplicates        int        `json:"duplicates"`
+	// Source is who stored it: "webhook" (a delivery) or "reconcile" (the
+	// reconciler found it on the Events API; the webhook never delivered it).
+	Source string `json:"source"`
 	// Payload is the event as stored, only when asked for: the exact bytes
 	// when they are JSON in valid UTF-8, else PayloadText (with invalid
 	// bytes replaced).
@@ -103,7 +106,7 @@ func scanReceipt(r pgx.CollectableRow) (Receipt, error) {
 	)
 	err := r.Scan(&x.Endpoint, &x.EventID, &x.EventType, &x.State, &x.APIVersion, &x.Livemode, &x.Account, &x.ObjectID,
 		&x.ReceivedAt, &x.SignedAt, &x.AvailableAt, &x.Attempts, &x.LastError, &x.ProcessedAt, &x.Outcome,
-		&x.SecretFingerprint, &x.Duplicates, &payload)
+		&x.SecretFingerprint, &x.Duplicates, &x.Source, &payload)
 	if payload != nil {
 		if utf8.Valid(payload) && json.Valid(payload) {
 			x.Payload = json.RawMessage(payload)

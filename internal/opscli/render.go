@@ -126,7 +126,7 @@ func renderShow(tw *tabwriter.Writer, s *ops.Shown) {
 			{"last error", r.LastError}, {"received", ts(&r.ReceivedAt)}, {"signed", ts(r.SignedAt)},
 			{"available", available}, {"processed", ts(r.ProcessedAt)},
 			{"api version", r.APIVersion}, {"livemode", fmt.Sprint(r.Livemode)}, {"account", r.Account},
-			{"object", r.ObjectID}, {"secret", r.SecretFingerprint}, {"duplicates", fmt.Sprint(r.Duplicates)},
+			{"object", r.ObjectID}, {"source", r.Source}, {"secret", r.SecretFingerprint}, {"duplicates", fmt.Sprint(r.Duplicates)},
 		} {
 			if kv[1] != "" && kv[1] != "-" {
 				fmt.Fprintf(tw, "  %s\t%s\n", kv[0], oneLine(kv[1], 200))
