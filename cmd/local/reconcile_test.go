@@ -55,7 +55,7 @@ func TestHalfDeliveredHalfReconciledAppliesOnce(t *testing.T) {
 	go func() { done <- run(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil))) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		require.NoError(t, <-done, "the runner stops cleanly when cancelled")
 	})
 	deliver := func(payload []byte) {
 		t.Helper()

@@ -65,10 +65,6 @@ type pgbenchResult struct{ tps float64 }
 
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)
 
-func pgbench(ctx context.Context, clients int, d time.Duration, mode, script string) pgbenchResult {
-	return pgbenchOn(ctx, *dbURL, clients, d, mode, script)
-}
-
 func pgbenchOn(ctx context.Context, url string, clients int, d time.Duration, mode, script string) pgbenchResult {
 	// -T counts the initial connections too (about 60 ms each here, made by
 	// two threads); the tps pgbench reports excludes them, so give them time.
@@ -78,10 +74,6 @@ func pgbenchOn(ctx context.Context, url string, clients int, d time.Duration, mo
 
 func pgbenchTx(ctx context.Context, url string, clients, perClient int, script string) pgbenchResult {
 	return runPgbenchOn(ctx, url, script, "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-t", strconv.Itoa(perClient))
-}
-
-func runPgbench(ctx context.Context, script string, args ...string) pgbenchResult {
-	return runPgbenchOn(ctx, *dbURL, script, args...)
 }
 
 func runPgbenchOn(ctx context.Context, url, script string, args ...string) pgbenchResult {
