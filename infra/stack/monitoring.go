@@ -182,6 +182,7 @@ func (b *builder) monitoring() {
 		})
 	}
 	specs = append(specs, b.driftAlarm())
+	specs = append(specs, b.otherModeOnlyAlarm())
 	specs = append(specs, b.outboxAlarms()...)
 	alarms := make([]interfacesawscloudwatch.IAlarmRef, 0, len(specs))
 	for _, a := range specs {

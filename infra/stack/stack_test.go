@@ -466,7 +466,10 @@ func TestAlarms(t *testing.T) {
 		p := props(alarm)
 		require.NotEmpty(t, p["AlarmActions"], p["AlarmName"])
 		for _, m := range asSlice(p["Metrics"]) {
-			stat := m.(map[string]any)["MetricStat"].(map[string]any)
+			stat, ok := m.(map[string]any)["MetricStat"].(map[string]any)
+			if !ok {
+				continue // a math expression over the metrics listed beside it
+			}
 			name := stat["Metric"].(map[string]any)["MetricName"].(string)
 			byMetric[name] = append(byMetric[name], p)
 		}
@@ -494,6 +497,22 @@ func TestAlarms(t *testing.T) {
 		map[string]any{"Name": "Service", "Value": "worker"},
 		map[string]any{"Name": "Stage", "Value": "dev"},
 	}, stat["Metric"].(map[string]any)["Dimensions"])
+
+	// A stage that receives only the other mode's events for an hour (a
+	// wrong stripeMode: every payment ignored) alarms.
+	other := byMetric["IgnoredOtherMode"]
+	require.Len(t, other, 1, "IgnoredOtherMode")
+	require.Equal(t, "StripeInbox-dev-OtherModeOnly", other[0]["AlarmName"])
+	require.Equal(t, "notBreaching", other[0]["TreatMissingData"])
+	var expr string
+	for _, m := range asSlice(other[0]["Metrics"]) {
+		if e, ok := m.(map[string]any)["Expression"].(string); ok {
+			expr = e
+		} else {
+			require.Equal(t, 3600.0, m.(map[string]any)["MetricStat"].(map[string]any)["Period"])
+		}
+	}
+	require.Equal(t, "IF(other > 0 AND (applied + ignored) == 0, 1, 0)", expr)
 
 	// No data from the worker means its counts are unknown: the review and
 	// anomaly alarms fire then, as the backlog alarm does.
