@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/stripe-inbox/inbox/internal/ops"
+	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
@@ -15,7 +16,8 @@ type Ops struct {
 }
 
 // LoadOps reads MAX_ATTEMPTS (default 10, as the worker's; the range is
-// worker.CheckMaxAttempts') and STRIPE_API_VERSION (optional), both checked
+// worker.CheckMaxAttempts'), OUTBOX_MAX_ATTEMPTS (default 10, as the
+// relay's; outbox.CheckMaxAttempts) and STRIPE_API_VERSION (optional), all checked
 // by ops.Config.Validate, and the common settings. One request
 // at a time: a pool of 2.
 func LoadOps(env Env) (Ops, error) {
@@ -23,6 +25,9 @@ func LoadOps(env Env) (Ops, error) {
 	o := Ops{Common: p.common(env, "ops", 2)}
 	o.Ops.MaxAttempts = p.wholeNumber(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts)
 	o.Ops.APIVersion = strings.TrimSpace(env("STRIPE_API_VERSION"))
+	// The relay's OUTBOX_MAX_ATTEMPTS, so that inboxctl's outbox rows
+	// waiting for a human are the relay's (range: outbox.CheckMaxAttempts).
+	o.Ops.OutboxMaxAttempts = p.outboxInt(env, "OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts)
 	if err := o.Ops.Validate(); err != nil {
 		p.addErr("", err)
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
@@ -48,10 +49,15 @@ const (
 	CmdAnomalies = "anomalies"
 	CmdResolve   = "resolve"
 	CmdSecrets   = "secrets"
+	// CmdOutbox lists the outbox rows that used up their attempts and
+	// wait for a human (with AllUnpublished, every unpublished row);
+	// CmdOutboxRetry gives them fresh attempts (outbox.go).
+	CmdOutbox      = "outbox"
+	CmdOutboxRetry = "outbox-retry"
 )
 
 // Commands lists every command Do accepts.
-var Commands = []string{CmdStatus, CmdReceipts, CmdShow, CmdRetry, CmdAnomalies, CmdResolve, CmdSecrets}
+var Commands = []string{CmdStatus, CmdReceipts, CmdShow, CmdRetry, CmdAnomalies, CmdResolve, CmdSecrets, CmdOutbox, CmdOutboxRetry}
 
 // Limits of a request.
 const (
@@ -108,6 +114,13 @@ type Request struct {
 	// Window: secrets counts deliveries over it (a duration such as 24h or
 	// 7d; default 24h).
 	Window string `json:"window,omitempty"`
+	// OutboxIDs: outbox-retry of these outbox rows; Waiting: of every row
+	// waiting for a human (one of the two).
+	OutboxIDs []int64 `json:"outbox_ids,omitempty"`
+	Waiting   bool    `json:"waiting,omitempty"`
+	// AllUnpublished: outbox lists every unpublished row, not only those
+	// waiting for a human.
+	AllUnpublished bool `json:"all_unpublished,omitempty"`
 	// Actor names who asked (the command sends the local user name). The
 	// ops function records it next to the Lambda request id, which
 	// CloudTrail ties to the verified IAM principal.
@@ -146,7 +159,10 @@ type Response struct {
 	Anomalies *AnomalyList   `json:"anomalies,omitempty"`
 	Resolved  *Resolved      `json:"resolved,omitempty"`
 	Secrets   *SecretsReport `json:"secrets,omitempty"`
-	Error     *Error         `json:"error,omitempty"`
+	// Outbox and OutboxRetry answer CmdOutbox and CmdOutboxRetry.
+	Outbox      *OutboxPage        `json:"outbox,omitempty"`
+	OutboxRetry *OutboxRetryResult `json:"outbox_retry,omitempty"`
+	Error       *Error             `json:"error,omitempty"`
 }
 
 // Caller is who runs a request, for the audit trail.
@@ -160,6 +176,9 @@ type Config struct {
 	// MaxAttempts is the worker's MAX_ATTEMPTS: receipts at it wait for
 	// review.
 	MaxAttempts int
+	// OutboxMaxAttempts is the relay's OUTBOX_MAX_ATTEMPTS: outbox rows at
+	// it wait for a human (0: outbox.DefaultMaxAttempts).
+	OutboxMaxAttempts int
 	// APIVersion is the Stripe API version the stage's handlers are
 	// written for (STRIPE_API_VERSION); status marks other versions. May be
 	// empty.
@@ -169,6 +188,9 @@ type Config struct {
 // Validate reports every mistake, naming the variable.
 func (c Config) Validate() error {
 	errs := []error{worker.CheckMaxAttempts(c.MaxAttempts)}
+	if c.OutboxMaxAttempts != 0 {
+		errs = append(errs, outbox.CheckMaxAttempts(c.OutboxMaxAttempts))
+	}
 	if c.APIVersion != "" {
 		if err := stripeevent.CheckAPIVersion(c.APIVersion); err != nil {
 			errs = append(errs, fmt.Errorf("STRIPE_API_VERSION: %w", err))
@@ -195,6 +217,9 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger) (*Ops, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("ops: %w", err)
+	}
+	if cfg.OutboxMaxAttempts == 0 {
+		cfg.OutboxMaxAttempts = outbox.DefaultMaxAttempts
 	}
 	return &Ops{Pool: pool, Config: cfg, Logger: logger, Now: time.Now}, nil
 }
@@ -234,6 +259,10 @@ func (o *Ops) Do(ctx context.Context, req Request, c Caller) (Response, error) {
 		resp.Resolved, err = o.resolve(ctx, req, c)
 	case CmdSecrets:
 		resp.Secrets, err = o.secrets(ctx, req)
+	case CmdOutbox:
+		resp.Outbox, err = o.outboxRows(ctx, req)
+	case CmdOutboxRetry:
+		resp.OutboxRetry, err = o.outboxRetry(ctx, req, c)
 	}
 	if err != nil {
 		return Response{}, err
@@ -282,6 +311,15 @@ func (r Request) check() error {
 		if _, err := window(r.Window); err != nil {
 			return err
 		}
+	case CmdOutbox:
+		if r.After != "" {
+			if _, err := decodeOutboxCursor(r.After); err != nil {
+				return err
+			}
+		}
+		return nil
+	case CmdOutboxRetry:
+		return r.checkOutboxRetry()
 	}
 	if r.After != "" {
 		if _, err := decodeCursor(r.After); err != nil {
@@ -332,6 +370,13 @@ type Status struct {
 	NeedsReview                 int       `json:"needs_review"`
 	OpenAnomalies               int       `json:"open_anomalies"`
 	MaxAttempts                 int       `json:"max_attempts"`
+	// The outbox (outbox.ReadBacklog): unpublished rows still being
+	// tried, the age of the oldest, and the rows that used up
+	// OutboxMaxAttempts and wait for a human (inboxctl outbox).
+	OutboxBacklog          int     `json:"outbox_backlog"`
+	OutboxOldestAgeSeconds float64 `json:"outbox_oldest_age_seconds"`
+	OutboxNeedsReview      int     `json:"outbox_needs_review"`
+	OutboxMaxAttempts      int     `json:"outbox_max_attempts"`
 	// LastHour: receipts and duplicate deliveries per type, and
 	// receipt-to-effect latency, over the last hour.
 	LastHour LastHour `json:"last_hour"`
@@ -357,12 +402,17 @@ type APIVersion struct {
 
 func (o *Ops) status(ctx context.Context) (*Status, error) {
 	now := o.Now().UTC()
-	s := &Status{At: now, MaxAttempts: o.MaxAttempts, ExpectedAPIVersion: o.APIVersion, APIVersions: []APIVersion{}}
+	s := &Status{At: now, MaxAttempts: o.MaxAttempts, OutboxMaxAttempts: o.OutboxMaxAttempts, ExpectedAPIVersion: o.APIVersion, APIVersions: []APIVersion{}}
 	b, err := inbox.Stats(ctx, o.Pool, o.MaxAttempts, nil)
 	if err != nil {
 		return nil, err
 	}
 	s.Backlog, s.OldestUnprocessedAgeSeconds, s.NeedsReview = b.Count, b.OldestAgeSeconds, b.NeedsReview
+	ob, err := outbox.ReadBacklog(ctx, o.Pool, o.OutboxMaxAttempts, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.OutboxBacklog, s.OutboxOldestAgeSeconds, s.OutboxNeedsReview = ob.Count, ob.OldestAgeSeconds, ob.NeedsReview
 	if s.OpenAnomalies, err = handlers.UnresolvedAnomalies(ctx, o.Pool); err != nil {
 		return nil, err
 	}
@@ -540,6 +590,12 @@ func auditFilter(r Request) map[string]any {
 	}
 	if r.AnomalyID != 0 {
 		m["anomaly_id"] = r.AnomalyID
+	}
+	if len(r.OutboxIDs) > 0 {
+		m["outbox_ids"] = r.OutboxIDs
+	}
+	if r.Waiting {
+		m["waiting"] = true
 	}
 	f := r.Filter
 	for k, v := range map[string]string{"endpoint": f.Endpoint, "type": f.Type, "state": f.State, "error": f.Error} {

@@ -81,6 +81,16 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// CheckMaxAttempts checks OUTBOX_MAX_ATTEMPTS (1-1000), for the relay and
+// for the ops function, which must agree with it on which rows wait for a
+// human.
+func CheckMaxAttempts(n int) error {
+	if n < 1 || n > 1000 {
+		return fmt.Errorf("OUTBOX_MAX_ATTEMPTS=%d: must be from 1 to 1000 (default %d)", n, DefaultMaxAttempts)
+	}
+	return nil
+}
+
 // busName: an event bus name (letters, digits, . - _ /, up to 256) or an
 // event bus ARN.
 var busName = regexp.MustCompile(`^([A-Za-z0-9._\-/]{1,256}|arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/[A-Za-z0-9._\-/]{1,256})$`)
@@ -105,7 +115,9 @@ func (c Config) Validate() error {
 			bad("%s=%s: must be from %s to %s (default %s)", name, v, lo, hi, def)
 		}
 	}
-	rangeInt("OUTBOX_MAX_ATTEMPTS", c.MaxAttempts, 1, 1000, DefaultMaxAttempts)
+	if err := CheckMaxAttempts(c.MaxAttempts); err != nil {
+		errs = append(errs, err)
+	}
 	rangeInt("OUTBOX_CLAIM_LIMIT", c.ClaimLimit, 1, 1000, DefaultClaimLimit)
 	rangeDur("OUTBOX_LEASE", c.Lease, time.Second, time.Hour, DefaultLease)
 	rangeDur("OUTBOX_CALL_TIMEOUT", c.CallTimeout, 100*time.Millisecond, time.Minute, DefaultCallTimeout)

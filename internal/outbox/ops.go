@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,11 +64,110 @@ func ListWaiting(ctx context.Context, db DB, maxAttempts, limit int) ([]Waiting,
 // ids is nil) a fresh count of attempts, due at once, and returns how many
 // it reset. Run it after fixing the cause (last_error).
 func Retry(ctx context.Context, db DB, maxAttempts int, ids []int64) (int, error) {
-	tag, err := db.Exec(ctx, retryWaiting, maxAttempts, ids)
-	if err != nil {
-		return 0, fmt.Errorf("retrying outbox rows: %w", err)
+	got, err := RetryRows(ctx, db, maxAttempts, ids, false)
+	return len(got), err
+}
+
+// RetryRows is Retry returning the ids it reset, in order; with dryRun it
+// returns the ids it would reset and changes nothing. One statement: rows
+// published or held by a relay (a lease that has not ended) are never
+// touched, whatever ids says.
+func RetryRows(ctx context.Context, db DB, maxAttempts int, ids []int64, dryRun bool) ([]int64, error) {
+	q := retryWaiting
+	if dryRun {
+		q = retryCandidates
 	}
-	return int(tag.RowsAffected()), nil
+	rows, err := db.Query(ctx, q, maxAttempts, ids)
+	if err != nil {
+		return nil, fmt.Errorf("retrying outbox rows: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("retrying outbox rows: %w", err)
+	}
+	slices.Sort(got)
+	return got, nil
+}
+
+// RowState is what an id names, for an operator's retry to say why it
+// would not reset a row.
+type RowState struct {
+	ID          int64
+	PublishedAt *time.Time
+	Attempts    int
+	LeasedUntil *time.Time
+}
+
+// RowStates returns the states of the rows of ids that exist, by id.
+func RowStates(ctx context.Context, db DB, ids []int64) (map[int64]RowState, error) {
+	rows, err := db.Query(ctx, rowStates, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox rows: %w", err)
+	}
+	states, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RowState, error) {
+		var st RowState
+		return st, r.Scan(&st.ID, &st.PublishedAt, &st.Attempts, &st.LeasedUntil)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox rows: %w", err)
+	}
+	out := make(map[int64]RowState, len(states))
+	for _, st := range states {
+		out[st.ID] = st
+	}
+	return out, nil
+}
+
+// Row is an unpublished row as an operator lists it.
+type Row struct {
+	Waiting
+	// State is "waiting" (used up its attempts: waits for a human) or
+	// "backlog" (still being tried).
+	State string `json:"state"`
+	// AvailableAt is when the relay may try it next (nil while waiting).
+	AvailableAt *time.Time `json:"available_at,omitempty"`
+	// LeasedUntil is set while a relay holds it.
+	LeasedUntil *time.Time `json:"leased_until,omitempty"`
+}
+
+// States of an unpublished row.
+const (
+	StateWaiting = "waiting"
+	StateBacklog = "backlog"
+)
+
+// PageKey is where a page of List starts: after this row.
+type PageKey struct {
+	CreatedAt time.Time `json:"created_at"`
+	ID        int64     `json:"id"`
+}
+
+// List returns up to limit unpublished rows, newest first, after the page
+// key when it is not nil: those waiting for a human, or with all every
+// unpublished row.
+func List(ctx context.Context, db DB, maxAttempts int, all bool, after *PageKey, limit int) ([]Row, error) {
+	var at *time.Time
+	var id int64
+	if after != nil {
+		at, id = &after.CreatedAt, after.ID
+	}
+	rows, err := db.Query(ctx, listRows, maxAttempts, all, at, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+		var w Row
+		err := r.Scan(&w.ID, &w.AggregateType, &w.AggregateID, &w.EventType, &w.Attempts, &w.LastError, &w.CreatedAt, &w.AvailableAt, &w.LeasedUntil)
+		w.State = StateBacklog
+		if w.Attempts >= maxAttempts {
+			w.State, w.AvailableAt = StateWaiting, nil
+		}
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing outbox rows: %w", err)
+	}
+	return out, nil
 }
 
 // ParkExhausted parks rows that used up their attempts without a recorded

@@ -98,9 +98,39 @@ SELECT id, aggregate_type, aggregate_id, event_type, attempts, coalesce(last_err
  LIMIT $2`
 
 // retryWaiting: $1 max attempts, $2 ids (NULL: all of them). Gives rows
-// waiting for a human a fresh count of attempts, due now.
+// waiting for a human a fresh count of attempts, due now, and returns their
+// ids. Never a published row, nor one a relay holds (its lease has not
+// ended: the relay died, or is still trying, during the last attempt).
+// Sets attempts, available_at, leased_until and claim_token only: the
+// columns inbox_ops may update (internal/approle opsGrants).
 const retryWaiting = `
 UPDATE outbox
    SET attempts = 0, available_at = now(), leased_until = NULL, claim_token = NULL
  WHERE published_at IS NULL AND attempts >= $1
+   AND (leased_until IS NULL OR leased_until <= now())
+   AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+RETURNING id`
+
+// retryCandidates: retryWaiting's rows, changed by nothing (a dry run).
+const retryCandidates = `
+SELECT id FROM outbox
+ WHERE published_at IS NULL AND attempts >= $1
+   AND (leased_until IS NULL OR leased_until <= now())
    AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))`
+
+// rowStates: $1 ids. What an operator's ids name: published or not, the
+// attempts, the lease.
+const rowStates = `
+SELECT id, published_at, attempts, leased_until FROM outbox WHERE id = ANY($1::bigint[])`
+
+// listRows: $1 max attempts, $2 all unpublished (false: only the rows
+// waiting for a human), $3 and $4 the page's start (created_at, id of the
+// previous page's last row; NULL: the first page), $5 limit. Newest first.
+const listRows = `
+SELECT id, aggregate_type, aggregate_id, event_type, attempts, coalesce(last_error, ''), created_at,
+       nullif(available_at, 'infinity'), leased_until
+  FROM outbox
+ WHERE published_at IS NULL AND ($2 OR attempts >= $1)
+   AND ($3::timestamptz IS NULL OR (created_at, id) < ($3::timestamptz, $4::bigint))
+ ORDER BY created_at DESC, id DESC
+ LIMIT $5`
