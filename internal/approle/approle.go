@@ -33,7 +33,9 @@
 //   - the operators' user (inbox_ops; optional, Roles.Ops): what internal/ops
 //     runs for inboxctl: SELECT on webhook_inbox and the business tables it
 //     shows, UPDATE of webhook_inbox.attempts and available_at (retry),
-//     UPDATE of anomalies.resolved_at and resolution (resolve), and INSERT
+//     UPDATE of anomalies.resolved_at and resolution (resolve), UPDATE of
+//     outbox.attempts, available_at, leased_until and claim_token
+//     (outbox-retry; never published_at or the payload), and INSERT
 //     and SELECT on ops_audit. It cannot store, process, delete or scrub
 //     receipts, book money, change or delete an audit row, or touch a table
 //     a later migration creates until a release grants it here.
@@ -794,6 +796,9 @@ func opsGrants(ops string) []string {
 		"GRANT SELECT ON public.webhook_inbox, public.invoices, public.ledger_entries, public.outbox, public.anomalies TO " + ops,
 		"GRANT UPDATE (attempts, available_at) ON public.webhook_inbox TO " + ops,
 		"GRANT UPDATE (resolved_at, resolution) ON public.anomalies TO " + ops,
+		// outbox-retry (outbox.RetryRows): fresh attempts, due now, no
+		// lease; never published_at, the payload or last_error.
+		"GRANT UPDATE (attempts, available_at, leased_until, claim_token) ON public.outbox TO " + ops,
 		"GRANT SELECT, INSERT ON public.ops_audit TO " + ops,
 	}
 }

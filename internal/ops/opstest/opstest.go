@@ -56,7 +56,20 @@ type Fixture struct {
 	DB *pgtest.Database
 	// AnomalyID is the open anomaly (payment_on_void_invoice of in_fx_2).
 	AnomalyID int64
+	// The outbox, besides evt_fx_paid's InvoicePaymentBooked (unpublished,
+	// never tried: backlog). OutboxWaiting: two rows that used up
+	// MaxAttempts and wait for a human (InvoicePaymentBooked of in_fx_w1,
+	// older, and in_fx_w2, last_error "MalformedDetail: ..."); OutboxFailing:
+	// one still being tried (3 attempts, due in a minute: backlog);
+	// OutboxPublished: one published at its last attempt (attempts =
+	// MaxAttempts), which no command may list or retry.
+	OutboxWaiting   []int64
+	OutboxFailing   int64
+	OutboxPublished int64
 }
+
+// OutboxError is the last_error of the fixture's waiting outbox rows.
+const OutboxError = "MalformedDetail: detail is not valid JSON"
 
 // Seed fills db.
 func Seed(t *testing.T, db *pgtest.Database) Fixture {
@@ -106,6 +119,19 @@ func Seed(t *testing.T, db *pgtest.Database) Fixture {
 	}
 	var f Fixture
 	f.DB = db
+	outboxRow := func(aggregateID, state string) int64 {
+		t.Helper()
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+VALUES ('invoice', $1, 'InvoicePaymentBooked', jsonb_build_object('invoice_id', $1::text), now() - interval '10 minutes') RETURNING id`, aggregateID).Scan(&id))
+		_, err := db.Pool.Exec(ctx, `UPDATE outbox SET `+state+` WHERE id = $1`, id)
+		require.NoError(t, err)
+		return id
+	}
+	waiting := "attempts = 10, available_at = 'infinity', last_error = '" + OutboxError + "'"
+	f.OutboxWaiting = []int64{outboxRow("in_fx_w1", waiting+", created_at = now() - interval '20 minutes'"), outboxRow("in_fx_w2", waiting)}
+	f.OutboxFailing = outboxRow("in_fx_f", "attempts = 3, available_at = now() + interval '1 minute', last_error = 'ThrottlingException'")
+	f.OutboxPublished = outboxRow("in_fx_p", "attempts = 10, published_at = now(), last_error = NULL")
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id FROM anomalies WHERE subject_id = 'in_fx_2'").Scan(&f.AnomalyID))
 	return f
 }
@@ -136,6 +162,7 @@ SELECT concat_ws(E'\n',
   (SELECT string_agg(w::text, E'\n' ORDER BY endpoint, event_id) FROM webhook_inbox w),
   (SELECT string_agg(a::text, E'\n' ORDER BY id) FROM anomalies a),
   (SELECT string_agg(o::text, E'\n' ORDER BY id) FROM ops_audit o),
+  (SELECT string_agg(x::text, E'\n' ORDER BY id) FROM outbox x),
   (SELECT string_agg(l::text, E'\n' ORDER BY id) FROM ledger_entries l),
   (SELECT string_agg(i::text, E'\n' ORDER BY id) FROM invoices i))`).Scan(&s))
 	return s
