@@ -1,5 +1,6 @@
 // Command inboxctl operates the inbox without SQL: status, receipts, show,
-// retry, anomalies, resolve, secrets. Locally it reads DATABASE_URL; with
+// retry, anomalies, resolve, secrets, and the outbox rows that wait for a
+// human (outbox, outbox-retry). Locally it reads DATABASE_URL; with
 // --stage NAME it invokes that stage's ops function with the caller's AWS
 // credentials. See internal/opscli and inboxctl help.
 package main

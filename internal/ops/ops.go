@@ -1,6 +1,7 @@
 // Package ops is what an operator does to a running inbox without writing
 // SQL: read the status, list and show receipts, retry receipts, list and
-// resolve anomalies, and see which signing secrets still match deliveries.
+// resolve anomalies, see which signing secrets still match deliveries, and
+// list and retry the outbox rows that used up their attempts (outbox.go).
 //
 // One Request in, one Response out, as JSON: cmd/inboxctl runs Do against
 // DATABASE_URL locally, and against a deployed stage it invokes the stack's
@@ -8,7 +9,7 @@
 // Requests are checked here, whoever sent them, so the function refuses
 // what the command would refuse.
 //
-// Every change (retry, resolve) is one statement plus one ops_audit row
+// Every change (retry, resolve, outbox-retry) is one statement plus one ops_audit row
 // (what, the selection, how many rows, the reason, who, the Lambda request
 // id) in the same transaction, and is logged. A dry run changes nothing
 // and writes no audit row.

@@ -43,7 +43,8 @@ Usage: inboxctl COMMAND [ARGS] [FLAGS]   (flags may come anywhere; --json too)
 Commands:
   status                     backlog, oldest unprocessed age, needs review, open anomalies,
                              receipts and duplicates per type and receipt-to-effect latency
-                             over the last hour, API versions per endpoint over the last day
+                             over the last hour, API versions per endpoint over the last day,
+                             and the outbox: backlog, oldest unpublished age, rows waiting
   receipts [FILTERS]         receipts, newest first, a page at a time (--limit, --after)
   show EVENT_ID              the receipt(s) of an event and its effects (--payload, --endpoint)
   retry EVENT_ID|FILTERS     retry unprocessed receipts: fresh attempts, claimable now
@@ -51,11 +52,17 @@ Commands:
   anomalies [--all]          open anomalies (--all: resolved ones too)
   resolve ID --note TEXT     mark an anomaly resolved
   secrets [--window 24h]     per endpoint, which signing secrets (by fingerprint) matched deliveries
+  outbox [--all-unpublished] outbox rows that used up their attempts and wait for a human,
+                             newest first, a page at a time (--limit, --after);
+                             --all-unpublished: every unpublished row
+  outbox-retry ID...|--waiting
+                             give waiting outbox rows fresh attempts, due now (never a
+                             published row); --reason TEXT (required), --dry-run
   fingerprint                print the fingerprint of the signing secret read from stdin
 
 Filters: --endpoint NAME --type EVENT_TYPE --state backlog|failed|needs-review|processed
          --since T --until T (RFC 3339, a date 2026-12-01, or an age: 90m, 2h, 7d) --error TEXT
-Where:   locally DATABASE_URL (and MAX_ATTEMPTS, STRIPE_API_VERSION as the worker's);
+Where:   locally DATABASE_URL (and MAX_ATTEMPTS, OUTBOX_MAX_ATTEMPTS, STRIPE_API_VERSION as the worker's);
          --stage NAME invokes the stage's ops function StripeInbox-NAME-ops with your AWS
          credentials (needs lambda:InvokeFunction on it)
 Output:  aligned tables; --json for scripts
@@ -198,20 +205,22 @@ var valueFlags = map[string]bool{
 // commandFlags are the flags each command accepts besides --json and
 // --stage.
 var commandFlags = map[string][]string{
-	ops.CmdStatus:    {},
-	ops.CmdReceipts:  {"endpoint", "type", "state", "since", "until", "error", "limit", "after"},
-	ops.CmdShow:      {"endpoint", "payload"},
-	ops.CmdRetry:     {"endpoint", "type", "state", "since", "until", "error", "dry-run", "reason"},
-	ops.CmdAnomalies: {"all", "limit"},
-	ops.CmdResolve:   {"note"},
-	ops.CmdSecrets:   {"window"},
-	"fingerprint":    {},
-	"help":           {},
+	ops.CmdStatus:      {},
+	ops.CmdReceipts:    {"endpoint", "type", "state", "since", "until", "error", "limit", "after"},
+	ops.CmdShow:        {"endpoint", "payload"},
+	ops.CmdRetry:       {"endpoint", "type", "state", "since", "until", "error", "dry-run", "reason"},
+	ops.CmdAnomalies:   {"all", "limit"},
+	ops.CmdResolve:     {"note"},
+	ops.CmdSecrets:     {"window"},
+	ops.CmdOutbox:      {"all-unpublished", "limit", "after"},
+	ops.CmdOutboxRetry: {"waiting", "dry-run", "reason"},
+	"fingerprint":      {},
+	"help":             {},
 }
 
 // positional is how many positional arguments each command takes (after
 // the command): exactly 1 for show and resolve, at most 1 for retry.
-var positional = map[string][2]int{ops.CmdShow: {1, 1}, ops.CmdResolve: {1, 1}, ops.CmdRetry: {0, 1}}
+var positional = map[string][2]int{ops.CmdShow: {1, 1}, ops.CmdResolve: {1, 1}, ops.CmdRetry: {0, 1}, ops.CmdOutboxRetry: {0, ops.MaxOutboxIDs}}
 
 var stageName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
 
@@ -268,7 +277,7 @@ func parse(args []string, now time.Time) (invocation, error) {
 	inv.command, pos = pos[0], pos[1:]
 	allowed, ok := commandFlags[inv.command]
 	if !ok {
-		return inv, mistakef("unknown command %q: use status, receipts, show, retry, anomalies, resolve, secrets or fingerprint (inboxctl help)", inv.command)
+		return inv, mistakef("unknown command %q: use status, receipts, show, retry, anomalies, resolve, secrets, outbox, outbox-retry or fingerprint (inboxctl help)", inv.command)
 	}
 	for name := range vals {
 		if name != "json" && name != "stage" && !slices.Contains(allowed, name) {
@@ -283,6 +292,7 @@ func parse(args []string, now time.Time) (invocation, error) {
 		if len(pos) < n[0] || len(pos) > n[1] {
 			return inv, mistakef("%s takes %s: %s", inv.command, map[string]string{
 				ops.CmdShow: "one EVENT_ID", ops.CmdResolve: "one anomaly ID", ops.CmdRetry: "one EVENT_ID or filters",
+				ops.CmdOutboxRetry: fmt.Sprintf("at most %d outbox row IDs (or --waiting)", ops.MaxOutboxIDs),
 			}[inv.command], strings.Join(append([]string{"got"}, quoted(pos)...), " "))
 		}
 	} else if len(pos) > 0 {
@@ -294,6 +304,7 @@ func parse(args []string, now time.Time) (invocation, error) {
 	f.Endpoint, f.Type, f.State, f.Error = vals["endpoint"], vals["type"], vals["state"], vals["error"]
 	r.After, r.Reason, r.Note, r.Window = vals["after"], vals["reason"], vals["note"], vals["window"]
 	r.Payload, r.DryRun, r.All = vals["payload"] == "true", vals["dry-run"] == "true", vals["all"] == "true"
+	r.Waiting, r.AllUnpublished = vals["waiting"] == "true", vals["all-unpublished"] == "true"
 	for name, dst := range map[string]**time.Time{"since": &f.Since, "until": &f.Until} {
 		if v, ok := vals[name]; ok {
 			t, err := parseTime(v, now)
@@ -321,6 +332,14 @@ func parse(args []string, now time.Time) (invocation, error) {
 			return inv, mistakef("resolve %q: the anomaly's ID is a positive number (inboxctl anomalies lists them)", pos[0])
 		}
 		r.AnomalyID = id
+	case ops.CmdOutboxRetry:
+		for _, p := range pos {
+			id, err := strconv.ParseInt(p, 10, 64)
+			if err != nil || id <= 0 {
+				return inv, mistakef("outbox-retry %q: an outbox row ID is a positive number (inboxctl outbox lists them)", p)
+			}
+			r.OutboxIDs = append(r.OutboxIDs, id)
+		}
 	}
 	inv.req = r
 	return inv, nil

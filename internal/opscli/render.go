@@ -24,6 +24,10 @@ func render(w io.Writer, resp ops.Response, now time.Time) {
 		renderShow(tw, resp.Show)
 	case resp.Retry != nil:
 		renderRetry(tw, resp.Retry)
+	case resp.Outbox != nil:
+		renderOutbox(tw, resp.Outbox)
+	case resp.OutboxRetry != nil:
+		renderOutboxRetry(tw, resp.OutboxRetry)
 	case resp.Anomalies != nil:
 		if resp.Anomalies.Count == 0 {
 			fmt.Fprintln(tw, "no open anomalies")
@@ -60,6 +64,9 @@ func renderStatus(tw *tabwriter.Writer, s *ops.Status) {
 	fmt.Fprintf(tw, "oldest unprocessed\t%s\n", seconds(s.OldestUnprocessedAgeSeconds))
 	fmt.Fprintf(tw, "needs review\t%d\t(at %d attempts)\n", s.NeedsReview, s.MaxAttempts)
 	fmt.Fprintf(tw, "open anomalies\t%d\n", s.OpenAnomalies)
+	fmt.Fprintf(tw, "outbox backlog\t%d\n", s.OutboxBacklog)
+	fmt.Fprintf(tw, "oldest unpublished\t%s\n", seconds(s.OutboxOldestAgeSeconds))
+	fmt.Fprintf(tw, "outbox waiting\t%d\t(at %d attempts; inboxctl outbox)\n", s.OutboxNeedsReview, s.OutboxMaxAttempts)
 	h := s.LastHour
 	share := 0.0
 	if h.Receipts > 0 {
@@ -194,4 +201,49 @@ func oneLine(s string, max int) string {
 		return string(r[:max-1]) + "…"
 	}
 	return s
+}
+
+func renderOutbox(tw *tabwriter.Writer, p *ops.OutboxPage) {
+	if p.Count == 0 {
+		if p.AllUnpublished {
+			fmt.Fprintln(tw, "no unpublished outbox rows")
+		} else {
+			fmt.Fprintln(tw, "no outbox rows wait for a human")
+		}
+		return
+	}
+	fmt.Fprintln(tw, "ID\tEVENT TYPE\tAGGREGATE\tSTATE\tATTEMPTS\tNEXT ATTEMPT\tCREATED\tLAST ERROR")
+	for _, r := range p.Rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s %s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.EventType, r.AggregateType, r.AggregateID, r.State, r.Attempts, ts(r.AvailableAt), ts(&r.CreatedAt), oneLine(r.LastError, 60))
+	}
+	what := "outbox rows waiting for a human"
+	if p.AllUnpublished {
+		what = "unpublished outbox rows"
+	}
+	fmt.Fprintf(tw, "\n%d %s", p.Count, what)
+	if p.Next != "" {
+		fmt.Fprintf(tw, "; next page: --after %s", p.Next)
+	}
+	fmt.Fprintln(tw)
+}
+
+func renderOutboxRetry(tw *tabwriter.Writer, r *ops.OutboxRetryResult) {
+	if r.DryRun {
+		fmt.Fprintf(tw, "dry run: would retry %d outbox rows (nothing changed)\n", r.Count)
+	} else {
+		fmt.Fprintf(tw, "retried %d outbox rows: the relay publishes them on its next run\n", r.Count)
+	}
+	if len(r.IDs) > 0 {
+		ids := make([]string, len(r.IDs))
+		for i, id := range r.IDs {
+			ids[i] = fmt.Sprint(id)
+		}
+		fmt.Fprintf(tw, "ids\t%s\n", strings.Join(ids, " "))
+	}
+	if r.Truncated {
+		fmt.Fprintf(tw, "(the first %d listed)\n", len(r.IDs))
+	}
+	if r.AuditID != 0 {
+		fmt.Fprintf(tw, "audit row %d\n", r.AuditID)
+	}
 }
