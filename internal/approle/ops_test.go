@@ -46,11 +46,17 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 		{Command: ops.CmdAnomalies, All: true},
 		{Command: ops.CmdResolve, AnomalyID: fx.AnomalyID, Note: "refunded"},
 		{Command: ops.CmdSecrets},
+		{Command: ops.CmdOutbox, AllUnpublished: true},
+		{Command: ops.CmdOutboxRetry, Waiting: true, DryRun: true, Reason: "check"},
+		{Command: ops.CmdOutboxRetry, OutboxIDs: fx.OutboxWaiting[:1], Reason: "rule fixed"},
+		{Command: ops.CmdOutboxRetry, Waiting: true, Reason: "bus policy fixed"},
 	} {
 		_, err := o.Do(d.ctx, r, c)
 		require.NoError(t, err, r.Command)
 	}
-	require.Equal(t, 2, d.db.Count(t, "ops_audit", "request_id = 'req-1'"))
+	require.Equal(t, 4, d.db.Count(t, "ops_audit", "request_id = 'req-1'"))
+	require.Equal(t, 2, d.db.Count(t, "outbox", "attempts = 0 AND last_error = $1", opstest.OutboxError), "outbox-retry, as inbox_ops")
+	require.Equal(t, 1, d.db.Count(t, "outbox", "id = $1 AND published_at IS NOT NULL AND attempts = 10", fx.OutboxPublished))
 
 	conn := d.connectAs(t, d.roles.Ops)
 	requireDenied(t, conn,
@@ -64,6 +70,11 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 		"UPDATE ledger_entries SET amount = 0",
 		"INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'b', 'c', '{}')",
 		"UPDATE outbox SET published_at = now()",
+		"UPDATE outbox SET published_at = NULL",
+		"UPDATE outbox SET payload = '{}'",
+		"UPDATE outbox SET event_type = 'x'",
+		"UPDATE outbox SET last_error = NULL",
+		"DELETE FROM outbox",
 		"DELETE FROM anomalies", "UPDATE anomalies SET kind = 'x'",
 		"UPDATE ops_audit SET reason = 'x'", "DELETE FROM ops_audit",
 		"SELECT 1 FROM refunds", "SELECT 1 FROM schema_migrations",
