@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -133,6 +134,18 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 	if st.Backlog != 3 || st.NeedsReview != 1 || st.OpenAnomalies != 1 || st.LastHour.Receipts != 10 {
 		t.Errorf("status through the function: %+v", st)
 	}
+	if st.OutboxBacklog != 2 || st.OutboxNeedsReview != 2 || st.OutboxMaxAttempts != 10 {
+		t.Errorf("the outbox in status through the function: %+v", st)
+	}
+	waiting := decode(run("outbox", "--stage", "e2e", "--json")).Outbox
+	if waiting.Count != 2 || waiting.Rows[0].ID != fx.OutboxWaiting[1] || waiting.Rows[1].ID != fx.OutboxWaiting[0] {
+		t.Errorf("outbox through the function: %+v", waiting)
+	}
+	ob := decode(run("outbox-retry", strconv.FormatInt(fx.OutboxWaiting[0], 10), "--reason", "rule fixed", "--stage", "e2e", "--json")).OutboxRetry
+	if ob.Count != 1 || len(ob.IDs) != 1 || ob.IDs[0] != fx.OutboxWaiting[0] ||
+		fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'outbox-retry' AND request_id IS NOT NULL AND actor = 'inboxctl:carol'", ob.AuditID) != 1 {
+		t.Errorf("outbox-retry through the function: %+v", ob)
+	}
 	r := run("--stage=e2e", "receipts", "--state", "needs-review")
 	if r.code != 0 || !strings.Contains(r.stdout, opstest.NeedsReview) {
 		t.Errorf("receipts: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -169,6 +182,8 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 		{[]string{"show", "evt_unknown", "--stage", "e2e"}, "no receipt of event evt_unknown"},
 		{[]string{"retry", "evt_unknown", "--reason", "x", "--stage", "e2e"}, "no receipt of event evt_unknown"},
 		{[]string{"resolve", "999999", "--note", "x", "--stage", "e2e"}, "no anomaly 999999"},
+		{[]string{"outbox-retry", "999999", "--reason", "x", "--stage", "e2e"}, "no outbox row 999999"},
+		{[]string{"outbox-retry", strconv.FormatInt(fx.OutboxPublished, 10), "--reason", "x", "--stage", "e2e"}, "was published at"},
 		{[]string{"status", "--stage", "nope"}, `stage "nope" has no ops function StripeInbox-nope-ops`},
 	} {
 		r := run(c.args...)
