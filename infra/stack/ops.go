@@ -28,7 +28,7 @@ const maxAttempts = "10"
 func (b *builder) opsFunction() {
 	fn := b.newFunction(function{
 		name:        "ops",
-		description: "inboxctl --stage: operator commands (status, receipts, show, retry, anomalies, resolve, secrets), audited",
+		description: "inboxctl --stage: operator commands (status, receipts, show, retry, anomalies, resolve, secrets, outbox, outbox-retry), audited",
 		dbUser:      OpsUser,
 		timeout:     awscdk.Duration_Seconds(jsii.Number(30)),
 		reserved:    jsii.Number(2),

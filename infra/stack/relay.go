@@ -79,7 +79,7 @@ func (b *builder) outboxAlarms() []alarmSpec {
 		},
 		{
 			id:          "OutboxNeedsReviewAlarm",
-			description: "Outbox rows used up their attempts (EventBridge refused their entries) and wait for an operator. Read last_error, fix, then retry them.",
+			description: "Outbox rows used up their attempts (EventBridge refused their entries) and wait for an operator: inboxctl outbox --stage STAGE lists them with last_error; fix the cause, then inboxctl outbox-retry ID... (or --waiting) --reason TEXT --stage STAGE.",
 			metric:      b.emf("worker", "OutboxNeedsReviewCount", "Maximum"), threshold: 0, periods: 1,
 			missing: awscloudwatch.TreatMissingData_BREACHING,
 		},

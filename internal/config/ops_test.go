@@ -56,3 +56,26 @@ func TestOpsErrorsSayWhatToFix(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 25, c.Ops.MaxAttempts)
 }
+
+// OUTBOX_MAX_ATTEMPTS is the relay's, so that inboxctl's outbox rows
+// waiting for a human are the relay's: the same default and range.
+func TestOpsReadsTheRelaysMaxAttempts(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:5432/inbox"}
+	c, err := config.LoadOps(config.MapEnv(env))
+	require.NoError(t, err)
+	require.Equal(t, 10, c.Ops.OutboxMaxAttempts)
+	env["OUTBOX_MAX_ATTEMPTS"] = "3"
+	c, err = config.LoadOps(config.MapEnv(env))
+	require.NoError(t, err)
+	require.Equal(t, 3, c.Ops.OutboxMaxAttempts)
+	for v, says := range map[string]string{
+		"0":    "OUTBOX_MAX_ATTEMPTS=0: must be from 1 to 1000",
+		"1001": "OUTBOX_MAX_ATTEMPTS=1001: must be from 1 to 1000",
+		"many": `OUTBOX_MAX_ATTEMPTS="many": must be a whole number`,
+	} {
+		env["OUTBOX_MAX_ATTEMPTS"] = v
+		_, err = config.LoadOps(config.MapEnv(env))
+		require.ErrorContains(t, err, says)
+	}
+}
