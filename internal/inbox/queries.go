@@ -85,7 +85,27 @@ UPDATE webhook_inbox AS w
                            ELSE coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond' END
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
-RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts, coalesce(w.api_version, '')`
+RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts, coalesce(w.api_version, ''),
+          ` + lockKey + ``
+
+// lockKey is the order a batch applies its receipts in (Claimed.LockKey):
+// the invoice each event belongs to, so that every batch takes the rows of
+// one invoice (invoices, payment_links, refunds, ledger_entries) together
+// and invoices in one global order, and two batches cannot each hold one
+// invoice's rows while waiting for the other's (a deadlock, which
+// PostgreSQL breaks only after deadlock_timeout). The invoice is the
+// event's object (an invoice), the object's invoice field (charges before
+// 2025-03-31.basil, invoice payments), or what payment_links knows of its
+// charge or PaymentIntent (refunds); failing that, its charge, then its own
+// id. It reads payment_links (the handlers' table, internal/handlers) only
+// to order the work.
+const lockKey = `CASE WHEN w.object_id LIKE 'in\_%' THEN w.object_id
+     ELSE coalesce(
+         nullif(w.payload #>> '{data,object,invoice}', ''),
+         (SELECT min(l.invoice_id) FROM payment_links l
+           WHERE l.payment_id IN (w.payload #>> '{data,object,charge}', w.payload #>> '{data,object,payment_intent}', w.object_id)),
+         nullif(w.payload #>> '{data,object,charge}', ''),
+         coalesce(w.object_id, '')) END`
 
 // claimable: $1 now, $2 max_attempts. Whether a claim would find anything:
 // the resident worker's poll while the inbox is empty. The same index range
