@@ -27,7 +27,7 @@ func LoadOps(env Env) (Ops, error) {
 	o.Ops.APIVersion = strings.TrimSpace(env("STRIPE_API_VERSION"))
 	// The relay's OUTBOX_MAX_ATTEMPTS, so that inboxctl's outbox rows
 	// waiting for a human are the relay's (range: outbox.CheckMaxAttempts).
-	o.Ops.OutboxMaxAttempts = p.outboxInt(env, "OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts)
+	o.Ops.OutboxMaxAttempts = p.wholeNumber(env, "OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts)
 	if o.Ops.OutboxMaxAttempts == 0 {
 		// ops.Config takes 0 for the default; a 0 set here is a mistake.
 		p.addErr("", outbox.CheckMaxAttempts(0))

@@ -1,9 +1,7 @@
 package config
 
 import (
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/stripe-inbox/inbox/internal/outbox"
 )
@@ -38,13 +36,13 @@ func LoadOutbox(env Env) (Outbox, error) {
 		p.addf("AWS_REGION is required when OUTBOX_BUS is set (the region of the event bus; Lambda sets it)")
 	}
 	o.Relay.Source = strings.TrimSpace(env("OUTBOX_SOURCE"))
-	o.Relay.MaxAttempts = p.outboxInt(env, "OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts)
-	o.Relay.ClaimLimit = p.outboxInt(env, "OUTBOX_CLAIM_LIMIT", outbox.DefaultClaimLimit)
-	o.Relay.Lease = p.outboxDuration(env, "OUTBOX_LEASE", outbox.DefaultLease)
-	o.Relay.CallTimeout = p.outboxDuration(env, "OUTBOX_CALL_TIMEOUT", outbox.DefaultCallTimeout)
-	o.Relay.BackoffBase = p.outboxDuration(env, "OUTBOX_BACKOFF_BASE", outbox.DefaultBackoffBase)
-	o.Relay.BackoffCap = p.outboxDuration(env, "OUTBOX_BACKOFF_CAP", outbox.DefaultBackoffCap)
-	o.Relay.Every = p.outboxDuration(env, "OUTBOX_EVERY", outbox.DefaultEvery)
+	o.Relay.MaxAttempts = p.wholeNumber(env, "OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts)
+	o.Relay.ClaimLimit = p.wholeNumber(env, "OUTBOX_CLAIM_LIMIT", outbox.DefaultClaimLimit)
+	o.Relay.Lease = p.duration(env, "OUTBOX_LEASE", outbox.DefaultLease)
+	o.Relay.CallTimeout = p.duration(env, "OUTBOX_CALL_TIMEOUT", outbox.DefaultCallTimeout)
+	o.Relay.BackoffBase = p.duration(env, "OUTBOX_BACKOFF_BASE", outbox.DefaultBackoffBase)
+	o.Relay.BackoffCap = p.duration(env, "OUTBOX_BACKOFF_CAP", outbox.DefaultBackoffCap)
+	o.Relay.Every = p.duration(env, "OUTBOX_EVERY", outbox.DefaultEvery)
 	if o.Relay.Source == "" {
 		o.Relay.Source = outbox.DefaultSource
 	}
@@ -55,34 +53,4 @@ func LoadOutbox(env Env) (Outbox, error) {
 		}
 	}
 	return o, p.err()
-}
-
-// outboxInt reads a whole number (default def when unset); its range is
-// outbox.Config.Validate's.
-func (p *problems) outboxInt(env Env, name string, def int) int {
-	raw := strings.TrimSpace(env(name))
-	if raw == "" {
-		return def
-	}
-	v, err := strconv.Atoi(raw)
-	if err != nil {
-		p.addf("%s=%q: must be a whole number (default %d)", name, raw, def)
-		return def
-	}
-	return v
-}
-
-// outboxDuration reads a duration (default def when unset); its range is
-// outbox.Config.Validate's.
-func (p *problems) outboxDuration(env Env, name string, def time.Duration) time.Duration {
-	raw := strings.TrimSpace(env(name))
-	if raw == "" {
-		return def
-	}
-	v, err := time.ParseDuration(raw)
-	if err != nil {
-		p.addf("%s=%q: must be a duration such as 2s or 5m (default %s)", name, raw, def)
-		return def
-	}
-	return v
 }
