@@ -124,22 +124,34 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	}
 }
 
-// waitDrained polls until no receipt of the run is left for the worker (or
-// only ones at the attempt limit), or the timeout passes. It reports how long
-// it waited and whether the backlog emptied.
-func waitDrained(ctx context.Context, url, endpoint, run string, maxAttempts int, timeout time.Duration) (time.Duration, bool) {
+// waitDrained waits until the run's receipts are all processed (or wait
+// for review), and says whether they were. It waits for a state, not for a
+// time: it gives up only when the backlog has not shrunk for stall (a worker
+// that stopped, a receipt that can never be processed), however long the
+// whole drain takes, so a busy or slow machine drains more slowly and still
+// passes.
+func waitDrained(ctx context.Context, url, endpoint, run string, maxAttempts int, stall time.Duration) (time.Duration, bool) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	best, progressed := -1, time.Now()
 	for {
 		var n int
-		conn, err := connect(ctx, url)
+		// Each look is bounded by stall: the database may be down (dbcrash).
+		lctx, cancel := context.WithTimeout(ctx, stall)
+		conn, err := connect(lctx, url)
 		if err == nil {
-			err = conn.QueryRow(ctx, countPending, endpoint, "evt_"+run+"_", maxAttempts).Scan(&n)
+			err = conn.QueryRow(lctx, countPending, endpoint, "evt_"+run+"_", maxAttempts).Scan(&n)
 			conn.Close(context.WithoutCancel(ctx))
 			if err == nil && n == 0 {
+				cancel()
 				return time.Since(start), true
 			}
+			if err == nil && (best < 0 || n < best) {
+				best, progressed = n, time.Now()
+			}
+		}
+		cancel()
+		if time.Since(progressed) > stall {
+			return time.Since(start), false
 		}
 		select {
 		case <-ctx.Done():

@@ -115,7 +115,7 @@ func main() {
 	flag.DurationVar(&o.policy.For, "retry-for", 90*time.Second, "give up on a delivery after this long")
 	flag.DurationVar(&o.httpTimeout, "http-timeout", 10*time.Second, "timeout of one HTTP attempt")
 	flag.DurationVar(&o.sendTimeout, "send-timeout", 10*time.Minute, "bound on the whole sending phase")
-	flag.DurationVar(&o.drainFor, "drain-timeout", 2*time.Minute, "how long to wait for the worker to drain")
+	flag.DurationVar(&o.drainFor, "drain-timeout", 2*time.Minute, "how long the backlog may stop shrinking before the drain counts as stuck (the drain itself may take longer; the relay check waits this long for the outbox)")
 	flag.IntVar(&o.maxAttempts, "max-attempts", 50, "the worker's MAX_ATTEMPTS (receipts at it need review)")
 	flag.IntVar(&o.faults, "faults", 0, "faults the caller injected (reported only)")
 	flag.StringVar(&o.faultsFile, "faults-file", "", "read the fault count from this file when reporting (for a caller that injects faults while stripesim runs)")

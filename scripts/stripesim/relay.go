@@ -24,30 +24,36 @@ type relayed struct {
 	Rows, Unpublished, Lost, Duplicates int
 }
 
-// checkRelayed waits (up to timeout) until every outbox row of the run is
-// marked published, then compares the rows with what the EventBridge
+// checkRelayed waits until every outbox row of the run is marked
+// published (giving up only when the number unpublished has not shrunk for
+// stall: a state, not a time), then compares the rows with what the EventBridge
 // stand-in at ebURL accepted. Outbox ids restart in every scenario's
 // database, so entries are matched on (outbox_id, aggregate_id), and the
 // aggregate ids carry the run's prefix.
-func checkRelayed(ctx context.Context, dbURL, ebURL, invPrefix string, timeout time.Duration) (relayed, error) {
+func checkRelayed(ctx context.Context, dbURL, ebURL, invPrefix string, stall time.Duration) (relayed, error) {
 	var r relayed
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	best, progressed := -1, time.Now()
 	for {
 		var n int
-		conn, err := connect(wctx, dbURL)
+		// Each look is bounded by stall: the database may be down (dbcrash).
+		lctx, cancel := context.WithTimeout(ctx, stall)
+		conn, err := connect(lctx, dbURL)
 		if err == nil {
-			err = conn.QueryRow(wctx, countUnpublished, invPrefix).Scan(&n)
+			err = conn.QueryRow(lctx, countUnpublished, invPrefix).Scan(&n)
 			conn.Close(context.WithoutCancel(ctx))
 		}
+		cancel()
 		if err == nil && n == 0 {
 			break
 		}
-		if wctx.Err() != nil {
+		if err == nil && (best < 0 || n < best) {
+			best, progressed = n, time.Now()
+		}
+		if time.Since(progressed) > stall || ctx.Err() != nil {
 			break
 		}
 		select {
-		case <-wctx.Done():
+		case <-ctx.Done():
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
