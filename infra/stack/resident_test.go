@@ -61,7 +61,10 @@ func TestLatencyMetricWidgetAndOptionalAlarm(t *testing.T) {
 		for _, a := range s.resources("AWS::CloudWatch::Alarm") {
 			p := props(a)
 			for _, m := range asSlice(p["Metrics"]) {
-				stat := m.(map[string]any)["MetricStat"].(map[string]any)
+				stat, ok := m.(map[string]any)["MetricStat"].(map[string]any)
+				if !ok {
+					continue // a math expression (OtherModeOnly's)
+				}
 				if stat["Metric"].(map[string]any)["MetricName"] == "ReceiptToEffectSeconds" {
 					require.Equal(t, "p99", stat["Stat"])
 					require.Equal(t, 300.0, stat["Period"])
