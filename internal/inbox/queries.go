@@ -68,7 +68,7 @@ const listenReceipts = "LISTEN " + NotifyChannel
 // of staying at the front of it and being read past by every claim. A
 // release (releaseClaims) or the operator's retry (README) sets a finite
 // available_at again.
-const claimReceipts = `
+var claimReceipts = `
 WITH picked AS (
     SELECT provider, endpoint, event_id
       FROM webhook_inbox
@@ -99,13 +99,22 @@ RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id
 // charge or PaymentIntent (refunds); failing that, its charge, then its own
 // id. It reads payment_links (the handlers' table, internal/handlers) only
 // to order the work.
-const lockKey = `CASE WHEN w.object_id LIKE 'in\_%' THEN w.object_id
+//
+// A field may be an id or, expanded, an object with one: idOf reads both.
+var lockKey = `CASE WHEN w.object_id LIKE 'in\_%' THEN w.object_id
      ELSE coalesce(
-         nullif(w.payload #>> '{data,object,invoice}', ''),
+         nullif(` + idOf("invoice") + `, ''),
          (SELECT min(l.invoice_id) FROM payment_links l
-           WHERE l.payment_id IN (w.payload #>> '{data,object,charge}', w.payload #>> '{data,object,payment_intent}', w.object_id)),
-         nullif(w.payload #>> '{data,object,charge}', ''),
+           WHERE l.payment_id IN (` + idOf("charge") + `, ` + idOf("payment_intent") + `, w.object_id)),
+         nullif(` + idOf("charge") + `, ''),
          coalesce(w.object_id, '')) END`
+
+// idOf is the id in data.object.<field>: the field itself when it is a
+// string, its id when it is an expanded object, else NULL.
+func idOf(field string) string {
+	f := "w.payload #> '{data,object," + field + "}'"
+	return "CASE jsonb_typeof(" + f + ") WHEN 'string' THEN " + f + " #>> '{}' WHEN 'object' THEN " + f + " ->> 'id' END"
+}
 
 // claimable: $1 now, $2 max_attempts. Whether a claim would find anything:
 // the resident worker's poll while the inbox is empty. The same index range

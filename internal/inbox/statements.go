@@ -6,8 +6,11 @@ package inbox
 // parameters). Nothing in the application uses these names.
 const (
 	StoreSQL                    = storeReceipt             // see storeReceipt for its parameters
-	ClaimSQL                    = claimReceipts            // see claimReceipts
 	LockSQL                     = lockReceipt              // see lockReceipt
 	MarkProcessedSQL            = markProcessed            // see markProcessed
 	SetLocalStatementTimeoutSQL = setLocalStatementTimeout // see setLocalStatementTimeout
 )
+
+// ClaimSQL is claimReceipts (see it); a variable, as claimReceipts is
+// built from lockKey.
+var ClaimSQL = claimReceipts

@@ -27,8 +27,11 @@ import (
 // attempts were counted by the claim, and every receipt of the batch comes
 // back after its lease.
 //
-// Receipts are processed in business-key order (data.object.id, then event
-// id) so that concurrent batches take the rows they share in the same order.
+// Receipts are processed in the order of the invoice they belong to
+// (Claimed.LockKey), then invoice events before payment and refund events,
+// then event id, so that concurrent batches take the rows they share in the
+// same order: an invoice's row, then its payments' links, then refunds and
+// the ledger (see lockOrder and splitUnplaced).
 // A transaction is closed early (committed) once it has run for
 // StatementTimeout, so one slow receipt cannot hold the rest of the batch's
 // locks for long. A deadlock between batches that touch the same objects in
@@ -54,9 +57,7 @@ func (w *Worker) processBatch(ctx context.Context, conns connSource, claimed []i
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(claimed[a].LockKey, claimed[b].LockKey), cmp.Compare(claimed[a].EventID, claimed[b].EventID))
-	})
+	slices.SortFunc(order, func(a, b int) int { return lockOrder(claimed[a], claimed[b]) })
 	outcomes := make([]Outcome, len(claimed))
 	anomalies := make([]bool, len(claimed))
 	order, alone := splitUnplaced(claimed, order)
@@ -65,8 +66,8 @@ func (w *Worker) processBatch(ctx context.Context, conns connSource, claimed []i
 		// As the drainer checks before each batch: a transaction started
 		// past the margin could run into the end of the invocation.
 		if !first && (expired(stopAt) || ctx.Err() != nil) {
-			w.giveBack(ctx, conns, claimed, order, outcomes, anomalies, nil)
-			break
+			w.giveBack(ctx, conns, claimed, append(order, alone...), outcomes, anomalies, nil)
+			return outcomes, anomalies
 		}
 		order = w.batchTx(ctx, conns, claimed, order, outcomes, anomalies)
 	}
@@ -78,6 +79,25 @@ func (w *Worker) processBatch(ctx context.Context, conns connSource, claimed []i
 		outcomes[i], anomalies[i] = w.process(ctx, conns, claimed[i])
 	}
 	return outcomes, anomalies
+}
+
+// lockOrder orders a batch: by the invoice each receipt belongs to; within
+// one invoice, invoice events (they take the invoice's row first, then its
+// payments' links) before the others (payments and refunds take a link
+// first, never the invoice's row after it); then by event id. Every batch
+// so takes an invoice's row, then links, then refunds and ledger rows, and
+// invoices in one order: no two batches can wait for each other.
+func lockOrder(a, b inbox.Claimed) int {
+	return cmp.Or(cmp.Compare(a.LockKey, b.LockKey),
+		cmp.Compare(invoiceRank(a.EventType), invoiceRank(b.EventType)),
+		cmp.Compare(a.EventID, b.EventID))
+}
+
+func invoiceRank(eventType string) int {
+	if strings.HasPrefix(eventType, "invoice.") {
+		return 0
+	}
+	return 1
 }
 
 // refundEvents are the types whose handlers take a charge's or
@@ -201,6 +221,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 				outcomes[i], anomalies[i] = Outcome(results[k].Outcome), results[k].Anomaly
 				done, doneOutcomes = append(done, c.Key), append(doneOutcomes, string(results[k].Outcome))
 			case isDeadlock(errs[k]):
+				w.deadlocks.Add(1)
 				alone = append(alone, i)
 			default:
 				text, delay := describe(errs[k]), w.backoff(c.Attempts)

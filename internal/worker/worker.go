@@ -21,6 +21,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,6 +48,10 @@ type Worker struct {
 	Jitter func() float64
 
 	latency *latencyRecorder
+
+	// deadlocks counts the receipts rolled back because PostgreSQL chose
+	// them as a deadlock's victim (Summary.Deadlocks, metric Deadlocks).
+	deadlocks atomic.Int64
 
 	// The outbox relay, when attached (SetRelay; see relay.go).
 	relay      Relay
@@ -110,6 +115,11 @@ type Summary struct {
 	// database unreachable for a moment, a lock on webhook_inbox past the
 	// statement timeout). They do not fail the run unless none succeeded.
 	PollErrors int `json:"poll_errors"`
+	// Deadlocks counts the receipts PostgreSQL rolled back as a deadlock's
+	// victim during the run (each is applied again; nothing is lost). Each
+	// cost the other transaction deadlock_timeout (1 s): batches take rows
+	// in one order so that this stays 0 (batch.go, lockOrder).
+	Deadlocks int `json:"deadlocks"`
 	// UnexpectedAPIVersion counts the receipts claimed for the first time
 	// whose API version is not Config.APIVersion (drift.go).
 	UnexpectedAPIVersion int `json:"unexpected_api_version"`
@@ -152,6 +162,7 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 // must not fail the invocation (and page).
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	start := time.Now()
+	deadlocksBefore := w.deadlocks.Load()
 	stopAt := w.stopAt(ctx)
 
 	acc := &runAcc{}
@@ -188,6 +199,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	total.Remaining, total.OldestAgeSeconds, total.NeedsReview = backlog.Count, backlog.OldestAgeSeconds, backlog.NeedsReview
 	total.UnresolvedAnomalies = unresolved
 	total.DurationMs = time.Since(start).Milliseconds()
+	total.Deadlocks = int(w.deadlocks.Load() - deadlocksBefore)
 
 	// Whatever failed, emit what is known: the counts of this run always,
 	// and each gauge that could be read. A gauge missing only when it could
@@ -322,6 +334,7 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 		metrics.Metric{Name: "Ignored", Value: float64(s.Ignored), Unit: metrics.Count},
 		metrics.Metric{Name: "IgnoredOtherMode", Value: float64(s.IgnoredOtherMode), Unit: metrics.Count},
 		metrics.Metric{Name: "PollErrors", Value: float64(s.PollErrors), Unit: metrics.Count},
+		metrics.Metric{Name: "Deadlocks", Value: float64(s.Deadlocks), Unit: metrics.Count},
 	)...)
 	if err == nil && w.cfg.APIVersion != "" {
 		err = w.metrics.Emit(nil, metrics.Metric{Name: "UnexpectedApiVersion", Value: float64(s.UnexpectedAPIVersion), Unit: metrics.Count})
@@ -497,6 +510,9 @@ func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed)
 	})
 	if err != nil {
 		// inTx has rolled back the business work.
+		if isDeadlock(err) {
+			w.deadlocks.Add(1)
+		}
 		text := describe(err)
 		delay := w.backoff(c.Attempts)
 		// Bounded by the statement timeout (not by cancelling a context,

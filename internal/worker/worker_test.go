@@ -555,7 +555,8 @@ func TestSummaryAndMetrics(t *testing.T) {
 	require.Equal(t, "Test", def["Namespace"])
 	require.Equal(t, []any{[]any{"Service"}}, def["Dimensions"])
 	require.EqualValues(t, 0, emf["PollErrors"])
-	require.Len(t, def["Metrics"], 9)
+	require.EqualValues(t, 0, emf["Deadlocks"])
+	require.Len(t, def["Metrics"], 10)
 
 	out, err := json.Marshal(s)
 	require.NoError(t, err)

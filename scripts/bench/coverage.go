@@ -28,7 +28,7 @@ func coverage(ctx context.Context, out io.Writer) {
 		"STATEMENT_TIMEOUT=500ms, POLL_INTERVAL=250ms, LISTEN=on, for %s (%d invocations; %s at the real scale). "+
 		"Each invocation logs the interval it was resident; coverage is the union of those intervals over the run's span.\n\n",
 		d, int(d/(3*time.Second)), d*20)
-	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	r := startLocal(false, "LOCAL_COMPONENTS=worker", "WORKER_INTERVAL=3s", "WORKER_TIMEOUT=5s", "DEADLINE_MARGIN=1500ms",
 		"STATEMENT_TIMEOUT=500ms", "POLL_INTERVAL=250ms", "LISTEN=on", "LOG_LEVEL=info")
 	time.Sleep(d) // the run under observation: the duration is the experiment, not a stand-in for a state

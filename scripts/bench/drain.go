@@ -63,7 +63,7 @@ func load(ctx context.Context, evs []stripeevent.Event) {
 }
 
 func resetBacklog(ctx context.Context) {
-	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox, anomalies")
+	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	exec0(ctx, "UPDATE webhook_inbox SET processed_at = NULL, outcome = NULL, attempts = 0, last_error = NULL, available_at = now()")
 	exec0(ctx, "VACUUM ANALYZE webhook_inbox")
 	// Every timed run starts right after a checkpoint, so that none of them
@@ -122,7 +122,7 @@ func drain(ctx context.Context, out io.Writer) {
 	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles with refunds, duplicates, separate Event objects); median of 3 runs\n\n", n)
 	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions with the packages' SQL (the worker's claim of one row in its own transaction, then statement timeout, lock, invoice.paid's statement, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
 	fmt.Fprintln(out)
-	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	load(ctx, backlog(n))
 	var t table
 	for _, d := range []int{1, 4, 8} {
@@ -156,7 +156,7 @@ func drain(ctx context.Context, out io.Writer) {
 // row (see drainScript). Every other receipt must be processed: the claim
 // is the worker's.
 func pgbenchDrain(ctx context.Context, url string, clients, n int) float64 {
-	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox")
+	exec0(ctx, "TRUNCATE invoices, ledger_entries, outbox, refunds, payment_links")
 	exec0(ctx, "DELETE FROM webhook_inbox WHERE endpoint = 'pgbench'")
 	per := n / clients
 	total := per * clients

@@ -44,7 +44,7 @@ func latency(ctx context.Context, out io.Writer) {
 	var t table
 	for _, rate := range []int{50, 500} {
 		for _, m := range modes {
-			exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+			exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 			exec0(ctx, "CHECKPOINT")
 			r := startLocal(true, append([]string{"LOCAL_COMPONENTS=webhook,worker", "WORKER_INTERVAL=60s", "LOG_LEVEL=warn"}, m.env...)...)
 			sent, failed, achieved := stream(ctx, r.url, rate, dur)

@@ -30,7 +30,7 @@ func needsReview(ctx context.Context, out io.Writer) {
 	var t table
 	var base []time.Duration
 	for _, variant := range []string{"none", "parked", "unparked"} {
-		exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+		exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 		if variant != "none" {
 			// Receipts that failed their last attempt during an incident an
 			// hour ago: at the limit, with the available_at of their last

@@ -20,7 +20,7 @@ func purge(ctx context.Context, out io.Writer) {
 		n = 50_000
 	}
 	fmt.Fprintf(out, "## 4. Purge: %d expired receipts, batches of 1000\n\n", n)
-	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	exec0(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, object_id, payload, received_at, processed_at, outcome, attempts)
 		SELECT 'stripe', 'billing', 'evt_old_' || g, 'invoice.paid', false, 'in_old', $1::jsonb, now() - interval '60 days', now() - interval '60 days', 'applied', 1
 		  FROM generate_series(1, $2) g`, string(samplePayload("evt_old")), n)

@@ -62,7 +62,7 @@ func rtt(ctx context.Context, out io.Writer) {
 			withCPUs(ctx, pinned, func() {
 				// The receipt runs below empty the inbox: load the backlog
 				// again (directly, not through the proxy).
-				exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+				exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 				load(ctx, evs)
 				for _, d := range []int{1, 4} {
 					resetBacklog(ctx)
@@ -177,7 +177,7 @@ func loopDrain(ctx context.Context, url string, drainers, batch int) (int, time.
 func loopBatch(ctx context.Context, conn *pgx.Conn, reg handlers.Registry, timeout string, b []inbox.Claimed) int {
 	b = slices.Clone(b)
 	slices.SortFunc(b, func(x, y inbox.Claimed) int {
-		return cmp.Or(cmp.Compare(x.ObjectID, y.ObjectID), cmp.Compare(x.EventID, y.EventID))
+		return cmp.Or(cmp.Compare(x.LockKey, y.LockKey), cmp.Compare(x.EventID, y.EventID)) // the worker's order (lockOrder), without its split of unlinked refunds
 	})
 	tx, err := conn.Begin(ctx)
 	check(err)

@@ -22,7 +22,7 @@ func scale(ctx context.Context, out io.Writer) {
 	fmt.Fprintf(out, "## 3. Scale: claim and drain with %d processed rows and %d backlog, against an empty table\n\n", history, pending)
 	var t table
 	for _, withHistory := range []bool{false, true} {
-		exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies")
+		exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 		if withHistory {
 			exec0(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, object_id, payload, received_at, processed_at, outcome, attempts)
 				SELECT 'stripe', 'billing', 'evt_h_' || g, 'invoice.paid', false, 'in_h_' || g, $1::jsonb,
