@@ -178,7 +178,7 @@ EB_BUS=chaos-outbox
 "$OUT/ebstandin" "$EB_BUS" >"$LOGS/ebstandin.log" 2>&1 &
 EB_PID=$!
 EB_URL=
-for i in $(seq 1 100); do
+for i in $(seq 1 600); do # a bound against a hang (60 s), not a speed requirement
   EB_URL=$(sed -n 's|^listening on \(http://[^ ]*\)$|\1|p' "$LOGS/ebstandin.log" 2>/dev/null | head -1)
   [ -n "$EB_URL" ] && break
   kill -0 "$EB_PID" 2>/dev/null || break
