@@ -14,7 +14,6 @@ import (
 type Claimed struct {
 	Key
 	EventType string
-	ObjectID  string // data.object.id
 	// LockKey is the invoice the event belongs to, as far as the claim
 	// could tell (lockKey in queries.go): the order a batch applies its
 	// receipts in.
@@ -48,7 +47,7 @@ func Claim(ctx context.Context, db BatchDB, p ClaimParams) ([]Claimed, error) {
 	err := queryWithin(ctx, db, p.StatementTimeout, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 			var c Claimed
-			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.ObjectID, &c.Attempts, &c.APIVersion, &c.LockKey)
+			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts, &c.APIVersion, &c.LockKey)
 			return c, err
 		})
 		return err

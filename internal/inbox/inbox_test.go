@@ -94,7 +94,7 @@ func TestClaimCountsTheAttemptAndHidesForTheLease(t *testing.T) {
 	for _, c := range first {
 		require.Equal(t, 1, c.Attempts)
 		require.Equal(t, "invoice.paid", c.EventType)
-		require.Equal(t, "in_"+c.EventID, c.ObjectID)
+		require.Equal(t, "in_"+c.EventID, c.LockKey, "an invoice event belongs to its own invoice")
 	}
 	rest := b.claim(t, b.now, maxAttempts, 10)
 	require.Len(t, rest, 1, "the first two are leased")

@@ -85,7 +85,7 @@ UPDATE webhook_inbox AS w
                            ELSE coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond' END
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
-RETURNING w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.object_id, ''), w.attempts, coalesce(w.api_version, ''),
+RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, coalesce(w.api_version, ''),
           ` + lockKey + ``
 
 // lockKey is the order a batch applies its receipts in (Claimed.LockKey):
@@ -216,9 +216,10 @@ SELECT count(*) FILTER (WHERE attempts < $1),
  WHERE processed_at IS NULL`
 
 // lockReceipts: $1 providers, $2 endpoints, $3 event_ids. Locks the given
-// receipts that are still unprocessed, waiting for concurrent holders, in
-// business-key order (so concurrent batches lock in one order), and returns
-// their contents.
+// receipts that are still unprocessed, waiting for concurrent holders, and
+// returns their contents. Only this batch's claim holds them (a late worker
+// past its lease aside), so the order they are locked in does not matter;
+// the business rows are taken in lockOrder (internal/worker/batch.go).
 const lockReceipts = `
 SELECT w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.payload_raw, convert_to(w.payload::text, 'UTF8')), w.livemode, coalesce(w.account, '')
   FROM webhook_inbox AS w

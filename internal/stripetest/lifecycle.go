@@ -47,9 +47,6 @@ type Options struct {
 	// len(Stories)]), so that any len(Stories) lifecycles in a row hold every
 	// story; by default each is drawn by its weight.
 	Each bool
-	// Only, when set, limits the stories told to these names (Stories);
-	// the others are never drawn.
-	Only []string
 }
 
 // Generated is one Stripe Event object the generator made.
@@ -186,28 +183,16 @@ func (g *Generator) Expect() Expected {
 func (g *Generator) Next() Lifecycle {
 	i := g.n
 	g.n++
-	told := stories
-	if len(g.opts.Only) > 0 {
-		told = nil
-		for _, s := range stories {
-			if slices.Contains(g.opts.Only, s.name) {
-				told = append(told, s)
-			}
-		}
-		if len(told) == 0 {
-			panic(fmt.Sprintf("stripetest: Options.Only %v names no story of %v", g.opts.Only, Stories))
-		}
-	}
 	var s story
 	if g.opts.Each {
-		s = told[i%len(told)]
+		s = stories[i%len(stories)]
 	} else {
 		total := 0
-		for _, s := range told {
+		for _, s := range stories {
 			total += s.weight
 		}
 		pick := g.rng.IntN(total)
-		for _, s = range told {
+		for _, s = range stories {
 			if pick < s.weight {
 				break
 			}

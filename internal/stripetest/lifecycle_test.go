@@ -277,19 +277,3 @@ func TestEachTellsEveryStory(t *testing.T) {
 	require.Equal(t, e.Events/2, e.Twins)
 	require.Len(t, e.Invoices, len(stripetest.Stories))
 }
-
-// TestOnlyLimitsTheStories: Options.Only tells only the named stories.
-func TestOnlyLimitsTheStories(t *testing.T) {
-	t.Parallel()
-	only := []string{"paid", "void"}
-	g := stripetest.NewGenerator(rand.New(rand.NewPCG(7, 8)), stripetest.Options{Only: only})
-	seen := map[string]bool{}
-	for _, l := range g.Lifecycles(50) {
-		require.Contains(t, only, l.Story)
-		seen[l.Story] = true
-	}
-	require.Len(t, seen, 2, "both stories drawn by their weights")
-	require.Panics(t, func() {
-		stripetest.NewGenerator(rand.New(rand.NewPCG(1, 1)), stripetest.Options{Only: []string{"nope"}}).Next()
-	})
-}
