@@ -5,7 +5,7 @@
 #   scripts/test.sh ./internal/webhook/...   only these Go packages (gofmt, vet, test)
 #   SKIP_PG18=1 scripts/test.sh              everything but the PostgreSQL 18 pass
 #
-# Steps: gofmt, go vet, golangci-lint (.golangci.yml), go test -race (unit,
+# Steps: gofmt, the relative links of README.md and docs/, go vet, golangci-lint (.golangci.yml), go test -race (unit,
 # real-PostgreSQL, real-process and emulator tests, CDK template and cdk-nag
 # tests), the database suites again on PostgreSQL 18, the Lambda build and an
 # offline `cdk synth`, and the short fault-injection suite.
@@ -37,6 +37,9 @@ step() { echo; echo "== $*"; }
 step gofmt
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './infra/node_modules/*'))
 if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+
+step "links in README.md and docs/ resolve"
+go run ./scripts/doclinks README.md docs
 
 step go vet
 go vet "${pkgs[@]}"
