@@ -206,7 +206,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 		latencies []time.Duration
 	)
 	err = inTx(ctx, conn, func(tx pgx.Tx) error {
-		if err := w.setStatementTimeout(ctx, tx); err != nil {
+		if err := inbox.SetLocalStatementTimeout(ctx, tx, w.cfg.StatementTimeout); err != nil {
 			return err
 		}
 		keys := make([]inbox.Key, len(order))
@@ -484,7 +484,7 @@ func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed)
 		latency time.Duration
 	)
 	err := inTxOn(ctx, conns, func(tx pgx.Tx) error {
-		if err := w.setStatementTimeout(ctx, tx); err != nil {
+		if err := inbox.SetLocalStatementTimeout(ctx, tx, w.cfg.StatementTimeout); err != nil {
 			return err
 		}
 		var err error
@@ -504,7 +504,7 @@ func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed)
 		// the lease brings the row back.
 		rctx := context.WithoutCancel(ctx)
 		if rerr := inTxOn(rctx, conns, func(tx pgx.Tx) error {
-			if err := w.setStatementTimeout(rctx, tx); err != nil {
+			if err := inbox.SetLocalStatementTimeout(rctx, tx, w.cfg.StatementTimeout); err != nil {
 				return err
 			}
 			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now(), w.cfg.MaxAttempts)
@@ -593,14 +593,6 @@ func inTxOn(ctx context.Context, conns connSource, fn func(pgx.Tx) error) error 
 		return err
 	}
 	return inTx(ctx, conn, fn)
-}
-
-// setStatementTimeout bounds every statement of tx, including lock waits.
-func (w *Worker) setStatementTimeout(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprintf("%dms", w.cfg.StatementTimeout.Milliseconds())); err != nil {
-		return fmt.Errorf("setting statement_timeout: %w", err)
-	}
-	return nil
 }
 
 // connSource gives a processing transaction its connection.
