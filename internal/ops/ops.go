@@ -38,7 +38,6 @@ import (
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
-	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
 // Commands.
@@ -188,7 +187,7 @@ type Config struct {
 
 // Validate reports every mistake, naming the variable.
 func (c Config) Validate() error {
-	errs := []error{worker.CheckMaxAttempts(c.MaxAttempts)}
+	errs := []error{inbox.CheckMaxAttempts(c.MaxAttempts)}
 	if c.OutboxMaxAttempts != 0 {
 		errs = append(errs, outbox.CheckMaxAttempts(c.OutboxMaxAttempts))
 	}
