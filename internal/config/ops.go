@@ -3,9 +3,9 @@ package config
 import (
 	"strings"
 
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/ops"
 	"github.com/stripe-inbox/inbox/internal/outbox"
-	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
 // Ops is the configuration of the operations function (functions/ops) and
@@ -16,14 +16,14 @@ type Ops struct {
 }
 
 // LoadOps reads MAX_ATTEMPTS (default 10, as the worker's; the range is
-// worker.CheckMaxAttempts'), OUTBOX_MAX_ATTEMPTS (default 10, as the
+// inbox.CheckMaxAttempts'), OUTBOX_MAX_ATTEMPTS (default 10, as the
 // relay's; outbox.CheckMaxAttempts) and STRIPE_API_VERSION (optional), all checked
 // by ops.Config.Validate, and the common settings. One request
 // at a time: a pool of 2.
 func LoadOps(env Env) (Ops, error) {
 	var p problems
 	o := Ops{Common: p.common(env, "ops", 2)}
-	o.Ops.MaxAttempts = p.wholeNumber(env, "MAX_ATTEMPTS", worker.DefaultMaxAttempts)
+	o.Ops.MaxAttempts = p.wholeNumber(env, "MAX_ATTEMPTS", inbox.DefaultMaxAttempts)
 	o.Ops.APIVersion = strings.TrimSpace(env("STRIPE_API_VERSION"))
 	// The relay's OUTBOX_MAX_ATTEMPTS, so that inboxctl's outbox rows
 	// waiting for a human are the relay's (range: outbox.CheckMaxAttempts).

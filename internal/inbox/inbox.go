@@ -94,6 +94,23 @@ func StoreAndNotify(ctx context.Context, db DB, endpoint string, ev stripeevent.
 	return storeWith(ctx, db, storeReceiptNotify, endpoint, ev, SourceWebhook)
 }
 
+// CountDuplicate records on the receipt of eventID that the webhook
+// answered one more delivery of it "duplicate". It is a statistic, best
+// effort: it never waits for a row lock (a duplicate that arrives while a
+// worker processes the receipt is not counted; counted is false then), and
+// the webhook ignores its failure. A separate statement after the store's
+// INSERT ... DO NOTHING, so the store itself is unchanged.
+func CountDuplicate(ctx context.Context, db DB, endpoint, eventID string) (counted bool, err error) {
+	err = db.QueryRow(ctx, countDuplicate, ProviderStripe, endpoint, eventID).Scan(&counted)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("counting a duplicate of %s/%s: %w", endpoint, eventID, err)
+	}
+	return counted, nil
+}
+
 func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, source Source) (StoreOutcome, error) {
 	payload, repaired := jsonbText(ev.Payload)
 	var raw []byte

@@ -191,23 +191,6 @@ func Retry(ctx context.Context, db DB, f Filter, dryRun bool) ([]Key, error) {
 	return keys, nil
 }
 
-// CountDuplicate records on the receipt of eventID that the webhook
-// answered one more delivery of it "duplicate". It is a statistic, best
-// effort: it never waits for a row lock (a duplicate that arrives while a
-// worker processes the receipt is not counted; counted is false then), and
-// the webhook ignores its failure. A separate statement after the store's
-// INSERT ... DO NOTHING, so the store itself is unchanged.
-func CountDuplicate(ctx context.Context, db DB, endpoint, eventID string) (counted bool, err error) {
-	err = db.QueryRow(ctx, countDuplicate, ProviderStripe, endpoint, eventID).Scan(&counted)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("counting a duplicate of %s/%s: %w", endpoint, eventID, err)
-	}
-	return counted, nil
-}
-
 // TypeCount is how many receipts of a type arrived in a window, and how
 // many duplicate deliveries of them the webhook answered.
 type TypeCount struct {

@@ -127,16 +127,3 @@ SELECT endpoint, coalesce(secret_fingerprint, ''), count(*)::int, min(received_a
  WHERE ` + inWindow + `
  GROUP BY 1, 2
  ORDER BY 1, 5 DESC`
-
-// countDuplicate: $1 provider, $2 endpoint, $3 event_id. The webhook's count
-// of a delivery it answered "duplicate" (inboxctl status). It never waits: a
-// receipt whose row a worker holds (processing it) is skipped, and that
-// duplicate goes uncounted, so the count can never delay an answer to
-// Stripe. Returns a row when it counted.
-const countDuplicate = `
-UPDATE webhook_inbox SET duplicates = duplicates + 1
- WHERE (provider, endpoint, event_id) = (
-       SELECT provider, endpoint, event_id FROM webhook_inbox
-        WHERE provider = $1 AND endpoint = $2 AND event_id = $3
-          FOR UPDATE SKIP LOCKED)
-RETURNING true`

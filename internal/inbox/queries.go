@@ -52,6 +52,19 @@ SELECT (SELECT true FROM pg_notify('` + NotifyChannel + `', '')) FROM stored`
 // listenReceipts registers the session for NotifyChannel.
 const listenReceipts = "LISTEN " + NotifyChannel
 
+// countDuplicate: $1 provider, $2 endpoint, $3 event_id. The webhook's count
+// of a delivery it answered "duplicate" (inboxctl status). It never waits: a
+// receipt whose row a worker holds (processing it) is skipped, and that
+// duplicate goes uncounted, so the count can never delay an answer to
+// Stripe. Returns a row when it counted.
+const countDuplicate = `
+UPDATE webhook_inbox SET duplicates = duplicates + 1
+ WHERE (provider, endpoint, event_id) = (
+       SELECT provider, endpoint, event_id FROM webhook_inbox
+        WHERE provider = $1 AND endpoint = $2 AND event_id = $3
+          FOR UPDATE SKIP LOCKED)
+RETURNING true`
+
 // Worker queries. $now parameters are nullable: NULL means the database's
 // now(), which production uses; tests pass a time to control leases and
 // backoff without sleeping.

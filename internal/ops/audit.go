@@ -48,3 +48,41 @@ const insertAudit = `
 INSERT INTO ops_audit (action, filter, affected, reason, actor, request_id)
 VALUES ($1, $2::jsonb, $3, $4, $5, $6)
 RETURNING id`
+
+// auditFilter is what selected the rows, as recorded.
+func auditFilter(r Request) map[string]any {
+	m := map[string]any{}
+	if r.EventID != "" {
+		m["event_id"] = r.EventID
+	}
+	if r.AnomalyID != 0 {
+		m["anomaly_id"] = r.AnomalyID
+	}
+	if len(r.OutboxIDs) > 0 {
+		m["outbox_ids"] = r.OutboxIDs
+	}
+	if r.Waiting {
+		m["waiting"] = true
+	}
+	f := r.Filter
+	for k, v := range map[string]string{"endpoint": f.Endpoint, "type": f.Type, "state": f.State, "error": f.Error} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if f.Since != nil {
+		m["since"] = f.Since.UTC()
+	}
+	if f.Until != nil {
+		m["until"] = f.Until.UTC()
+	}
+	return m
+}
+
+func (o *Ops) log(ctx context.Context, action string, r Request, c Caller, affected int, auditID int64) {
+	if o.Logger == nil {
+		return
+	}
+	o.Logger.InfoContext(ctx, "operator change", "action", action, "filter", auditFilter(r), "affected", affected,
+		"dry_run", r.DryRun, "reason", strings.TrimSpace(r.Reason+r.Note), "actor", c.Actor, "request_id", c.RequestID, "audit_id", auditID)
+}

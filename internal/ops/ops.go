@@ -17,28 +17,27 @@
 // Operator mistakes (a malformed filter, an unknown event id, a missing
 // reason) are *Error values with a Kind and a message that says what to
 // do; everything else is a failure (the database, the network).
+//
+// ops.go is the request, its checks and Do; one file per command group:
+// status.go (status), receipts.go (receipts, show, retry), anomalies.go
+// (anomalies, resolve), secrets.go (secrets), outbox.go (outbox,
+// outbox-retry); audit.go writes the audit row and the change's log line.
 package ops
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
-	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
 // Commands.
@@ -188,7 +187,7 @@ type Config struct {
 
 // Validate reports every mistake, naming the variable.
 func (c Config) Validate() error {
-	errs := []error{worker.CheckMaxAttempts(c.MaxAttempts)}
+	errs := []error{inbox.CheckMaxAttempts(c.MaxAttempts)}
 	if c.OutboxMaxAttempts != 0 {
 		errs = append(errs, outbox.CheckMaxAttempts(c.OutboxMaxAttempts))
 	}
@@ -339,357 +338,6 @@ func checkText(flag, v, hint string) error {
 		return invalidf("%s is %d characters: keep it to %d", flag, len(v), MaxReasonLength)
 	}
 	return nil
-}
-
-// window parses a secrets window: a Go duration (36h) or whole days (7d).
-func window(s string) (time.Duration, error) {
-	if s == "" {
-		return DefaultWindow, nil
-	}
-	d, err := time.ParseDuration(s)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, nerr := strconv.Atoi(days)
-		d, err = time.Duration(n)*24*time.Hour, nerr
-	}
-	if err != nil || d < MinWindow || d > MaxWindow {
-		return 0, invalidf("--window %q: use a duration from %s to %s such as 24h or 7d", s, MinWindow, "90d")
-	}
-	return d, nil
-}
-
-func (o *Ops) filter(r Request) inbox.Filter {
-	f := r.Filter
-	return inbox.Filter{Endpoint: f.Endpoint, EventType: f.Type, EventID: r.EventID, State: f.State, ErrorText: f.Error,
-		Since: f.Since, Until: f.Until, MaxAttempts: o.MaxAttempts}
-}
-
-// Status is the inbox at a glance.
-type Status struct {
-	At                          time.Time `json:"at"`
-	Backlog                     int       `json:"backlog"`
-	OldestUnprocessedAgeSeconds float64   `json:"oldest_unprocessed_age_seconds"`
-	NeedsReview                 int       `json:"needs_review"`
-	OpenAnomalies               int       `json:"open_anomalies"`
-	MaxAttempts                 int       `json:"max_attempts"`
-	// The outbox (outbox.ReadBacklog): unpublished rows still being
-	// tried, the age of the oldest, and the rows that used up
-	// OutboxMaxAttempts and wait for a human (inboxctl outbox).
-	OutboxBacklog          int     `json:"outbox_backlog"`
-	OutboxOldestAgeSeconds float64 `json:"outbox_oldest_age_seconds"`
-	OutboxNeedsReview      int     `json:"outbox_needs_review"`
-	OutboxMaxAttempts      int     `json:"outbox_max_attempts"`
-	// LastHour: receipts and duplicate deliveries per type, and
-	// receipt-to-effect latency, over the last hour.
-	LastHour LastHour `json:"last_hour"`
-	// APIVersions: receipts per endpoint and API version over the last
-	// day; Expected is false for versions other than ExpectedAPIVersion.
-	ExpectedAPIVersion string       `json:"expected_api_version,omitempty"`
-	APIVersions        []APIVersion `json:"api_versions"`
-}
-
-// LastHour is Status's hour.
-type LastHour struct {
-	Receipts   int               `json:"receipts"`
-	Duplicates int               `json:"duplicates"`
-	Types      []inbox.TypeCount `json:"types"`
-	Latency    inbox.Latency     `json:"latency"`
-}
-
-// APIVersion is one endpoint's receipts of one API version.
-type APIVersion struct {
-	inbox.VersionCount
-	Expected bool `json:"expected"`
-}
-
-func (o *Ops) status(ctx context.Context) (*Status, error) {
-	now := o.Now().UTC()
-	s := &Status{At: now, MaxAttempts: o.MaxAttempts, OutboxMaxAttempts: o.OutboxMaxAttempts, ExpectedAPIVersion: o.APIVersion, APIVersions: []APIVersion{}}
-	b, err := inbox.Stats(ctx, o.Pool, o.MaxAttempts, nil)
-	if err != nil {
-		return nil, err
-	}
-	s.Backlog, s.OldestUnprocessedAgeSeconds, s.NeedsReview = b.Count, b.OldestAgeSeconds, b.NeedsReview
-	ob, err := outbox.ReadBacklog(ctx, o.Pool, o.OutboxMaxAttempts, nil)
-	if err != nil {
-		return nil, err
-	}
-	s.OutboxBacklog, s.OutboxOldestAgeSeconds, s.OutboxNeedsReview = ob.Count, ob.OldestAgeSeconds, ob.NeedsReview
-	if s.OpenAnomalies, err = handlers.UnresolvedAnomalies(ctx, o.Pool); err != nil {
-		return nil, err
-	}
-	hour := now.Add(-time.Hour)
-	if s.LastHour.Types, err = inbox.TypesSince(ctx, o.Pool, hour); err != nil {
-		return nil, err
-	}
-	for _, t := range s.LastHour.Types {
-		s.LastHour.Receipts += t.Receipts
-		s.LastHour.Duplicates += t.Duplicates
-	}
-	if s.LastHour.Latency, err = inbox.LatencySince(ctx, o.Pool, hour); err != nil {
-		return nil, err
-	}
-	versions, err := inbox.VersionsSince(ctx, o.Pool, now.Add(-24*time.Hour))
-	if err != nil {
-		return nil, err
-	}
-	for _, v := range versions {
-		s.APIVersions = append(s.APIVersions, APIVersion{VersionCount: v, Expected: o.APIVersion == "" || v.APIVersion == o.APIVersion})
-	}
-	return s, nil
-}
-
-// ReceiptPage is one page of receipts, newest first. Next continues it
-// (Request.After); empty on the last page.
-type ReceiptPage struct {
-	Receipts []inbox.Receipt `json:"receipts"`
-	Count    int             `json:"count"`
-	Next     string          `json:"next,omitempty"`
-}
-
-func (o *Ops) receipts(ctx context.Context, r Request) (*ReceiptPage, error) {
-	limit := r.Limit
-	if limit == 0 {
-		limit = DefaultLimit
-	}
-	var after *inbox.PageKey
-	if r.After != "" {
-		k, err := decodeCursor(r.After)
-		if err != nil {
-			return nil, err
-		}
-		after = &k
-	}
-	rows, err := inbox.ListReceipts(ctx, o.Pool, o.filter(r), after, limit+1)
-	if err != nil {
-		return nil, err
-	}
-	p := &ReceiptPage{Receipts: rows}
-	if len(rows) > limit {
-		p.Receipts = rows[:limit]
-		last := p.Receipts[limit-1]
-		p.Next = encodeCursor(inbox.PageKey{ReceivedAt: last.ReceivedAt, Endpoint: last.Endpoint, EventID: last.EventID})
-	}
-	p.Count = len(p.Receipts)
-	return p, nil
-}
-
-func encodeCursor(k inbox.PageKey) string {
-	b, _ := json.Marshal(k)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeCursor(s string) (inbox.PageKey, error) {
-	var k inbox.PageKey
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &k)
-	}
-	if err != nil || k.ReceivedAt.IsZero() || k.Endpoint == "" || k.EventID == "" {
-		return k, invalidf("--after %q is not a page cursor: pass the \"next\" value of the previous page", s)
-	}
-	return k, nil
-}
-
-// Shown is one event: its receipts (one per endpoint that received it) and
-// what it produced.
-type Shown struct {
-	EventID  string           `json:"event_id"`
-	Receipts []inbox.Receipt  `json:"receipts"`
-	Effects  handlers.Effects `json:"effects"`
-}
-
-func (o *Ops) show(ctx context.Context, r Request) (*Shown, error) {
-	rs, err := inbox.ReceiptsByEventID(ctx, o.Pool, r.EventID, r.Filter.Endpoint, o.MaxAttempts, r.Payload)
-	if err != nil {
-		return nil, err
-	}
-	if len(rs) == 0 {
-		return nil, notFound(r.EventID, r.Filter.Endpoint)
-	}
-	eff, err := handlers.EffectsOf(ctx, o.Pool, r.EventID, rs[0].ObjectID)
-	if err != nil {
-		return nil, err
-	}
-	return &Shown{EventID: r.EventID, Receipts: rs, Effects: eff}, nil
-}
-
-func notFound(eventID, endpoint string) *Error {
-	where := ""
-	if endpoint != "" {
-		where = " on endpoint " + endpoint
-	}
-	return &Error{Kind: KindNotFound, Message: fmt.Sprintf("no receipt of event %s%s: check the id (inboxctl receipts lists the newest)", eventID, where)}
-}
-
-// RetryResult says what a retry changed (or, with DryRun, would change).
-type RetryResult struct {
-	DryRun bool `json:"dry_run"`
-	// Count is how many receipts were (would be) retried.
-	Count int `json:"count"`
-	// Receipts are their keys, at most MaxListedKeys (Truncated then).
-	Receipts  []ReceiptKey `json:"receipts"`
-	Truncated bool         `json:"truncated,omitempty"`
-	// AuditID is the ops_audit row (0 for a dry run).
-	AuditID int64 `json:"audit_id,omitempty"`
-}
-
-// ReceiptKey names a receipt.
-type ReceiptKey struct {
-	Endpoint string `json:"endpoint"`
-	EventID  string `json:"event_id"`
-}
-
-func (o *Ops) retry(ctx context.Context, r Request, c Caller) (*RetryResult, error) {
-	f := o.filter(r)
-	res := &RetryResult{DryRun: r.DryRun, Receipts: []ReceiptKey{}}
-	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
-		keys, err := inbox.Retry(ctx, tx, f, r.DryRun)
-		if err != nil {
-			return err
-		}
-		if len(keys) == 0 && r.EventID != "" {
-			// One event: an unknown id or a processed receipt is a
-			// mistake, not "nothing to do".
-			rs, err := inbox.ReceiptsByEventID(ctx, tx, r.EventID, r.Filter.Endpoint, o.MaxAttempts, false)
-			if err != nil {
-				return err
-			}
-			if len(rs) == 0 {
-				return notFound(r.EventID, r.Filter.Endpoint)
-			}
-			if f.State == "" && f.EventType == "" && f.ErrorText == "" && f.Since == nil && f.Until == nil && rs[0].ProcessedAt != nil {
-				return &Error{Kind: KindConflict, Message: fmt.Sprintf("event %s is processed (outcome %s at %s): its effect has committed, there is nothing to retry",
-					r.EventID, rs[0].Outcome, rs[0].ProcessedAt.UTC().Format(time.RFC3339))}
-			}
-		}
-		res.Count = len(keys)
-		for i, k := range keys {
-			if i == MaxListedKeys {
-				res.Truncated = true
-				break
-			}
-			res.Receipts = append(res.Receipts, ReceiptKey{Endpoint: k.Endpoint, EventID: k.EventID})
-		}
-		if r.DryRun {
-			return nil
-		}
-		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdRetry, Filter: auditFilter(r), Affected: len(keys), Reason: r.Reason, Caller: c})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	o.log(ctx, CmdRetry, r, c, res.Count, res.AuditID)
-	return res, nil
-}
-
-// auditFilter is what selected the rows, as recorded.
-func auditFilter(r Request) map[string]any {
-	m := map[string]any{}
-	if r.EventID != "" {
-		m["event_id"] = r.EventID
-	}
-	if r.AnomalyID != 0 {
-		m["anomaly_id"] = r.AnomalyID
-	}
-	if len(r.OutboxIDs) > 0 {
-		m["outbox_ids"] = r.OutboxIDs
-	}
-	if r.Waiting {
-		m["waiting"] = true
-	}
-	f := r.Filter
-	for k, v := range map[string]string{"endpoint": f.Endpoint, "type": f.Type, "state": f.State, "error": f.Error} {
-		if v != "" {
-			m[k] = v
-		}
-	}
-	if f.Since != nil {
-		m["since"] = f.Since.UTC()
-	}
-	if f.Until != nil {
-		m["until"] = f.Until.UTC()
-	}
-	return m
-}
-
-func (o *Ops) log(ctx context.Context, action string, r Request, c Caller, affected int, auditID int64) {
-	if o.Logger == nil {
-		return
-	}
-	o.Logger.InfoContext(ctx, "operator change", "action", action, "filter", auditFilter(r), "affected", affected,
-		"dry_run", r.DryRun, "reason", strings.TrimSpace(r.Reason+r.Note), "actor", c.Actor, "request_id", c.RequestID, "audit_id", auditID)
-}
-
-// AnomalyList is the anomalies listed.
-type AnomalyList struct {
-	Anomalies []handlers.Anomaly `json:"anomalies"`
-	Count     int                `json:"count"`
-}
-
-func (o *Ops) anomalies(ctx context.Context, r Request) (*AnomalyList, error) {
-	limit := r.Limit
-	if limit == 0 {
-		limit = MaxLimit
-		if r.All {
-			limit = DefaultAnomalies
-		}
-	}
-	as, err := handlers.ListAnomalies(ctx, o.Pool, r.All, limit)
-	if err != nil {
-		return nil, err
-	}
-	return &AnomalyList{Anomalies: as, Count: len(as)}, nil
-}
-
-// Resolved is a resolved anomaly and its audit row.
-type Resolved struct {
-	Anomaly handlers.Anomaly `json:"anomaly"`
-	AuditID int64            `json:"audit_id"`
-}
-
-func (o *Ops) resolve(ctx context.Context, r Request, c Caller) (*Resolved, error) {
-	res := &Resolved{}
-	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
-		a, err := handlers.ResolveAnomaly(ctx, tx, r.AnomalyID, strings.TrimSpace(r.Note))
-		switch {
-		case errors.Is(err, handlers.ErrNoSuchAnomaly):
-			return &Error{Kind: KindNotFound, Message: fmt.Sprintf("no anomaly %d: inboxctl anomalies lists the open ones", r.AnomalyID)}
-		case errors.Is(err, handlers.ErrAlreadyResolved):
-			return &Error{Kind: KindConflict, Message: err.Error() + "; nothing changed"}
-		case err != nil:
-			return err
-		}
-		res.Anomaly = a
-		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdResolve, Filter: auditFilter(r), Affected: 1, Reason: r.Note, Caller: c})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	o.log(ctx, CmdResolve, r, c, 1, res.AuditID)
-	return res, nil
-}
-
-// SecretsReport is, per endpoint, which signing secrets (by fingerprint)
-// verified the deliveries received over the window.
-type SecretsReport struct {
-	WindowSeconds float64           `json:"window_seconds"`
-	Since         time.Time         `json:"since"`
-	Secrets       []inbox.SecretUse `json:"secrets"`
-}
-
-func (o *Ops) secrets(ctx context.Context, r Request) (*SecretsReport, error) {
-	w, err := window(r.Window)
-	if err != nil {
-		return nil, err
-	}
-	since := o.Now().UTC().Add(-w)
-	uses, err := inbox.SecretsSince(ctx, o.Pool, since)
-	if err != nil {
-		return nil, err
-	}
-	return &SecretsReport{WindowSeconds: w.Seconds(), Since: since, Secrets: uses}, nil
 }
 
 // FunctionName is the name the stack gives a stage's ops function

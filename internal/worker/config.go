@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
 
@@ -66,7 +67,7 @@ const (
 // Defaults.
 const (
 	DefaultConcurrency      = 4
-	DefaultMaxAttempts      = 10
+	DefaultMaxAttempts      = inbox.DefaultMaxAttempts // the bound is inbox.CheckMaxAttempts
 	DefaultLease            = 2 * time.Minute
 	DefaultStatementTimeout = 2 * time.Second
 	DefaultDeadlineMargin   = 30 * time.Second
@@ -127,7 +128,7 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 64 {
 		add("WORKER_CONCURRENCY=%d: must be from 1 to 64", c.Concurrency)
 	}
-	if err := CheckMaxAttempts(c.MaxAttempts); err != nil {
+	if err := inbox.CheckMaxAttempts(c.MaxAttempts); err != nil {
 		errs = append(errs, err)
 	}
 	if c.ClaimLimit < 1 || c.ClaimLimit > 1000 {
@@ -171,13 +172,4 @@ func (c Config) Validate() error {
 		add("BACKOFF_BASE=%s and BACKOFF_CAP=%s: need 0 < base <= cap <= 24h", c.BackoffBase, c.BackoffCap)
 	}
 	return errors.Join(errs...)
-}
-
-// CheckMaxAttempts is the range of MAX_ATTEMPTS, for the worker and for
-// internal/ops, which must classify receipts with the worker's limit.
-func CheckMaxAttempts(n int) error {
-	if n < 1 || n > 1000 {
-		return fmt.Errorf("MAX_ATTEMPTS=%d: must be from 1 to 1000", n)
-	}
-	return nil
 }

@@ -10,6 +10,11 @@
 // processed_at: the effect and the mark commit together or not at all, so a
 // receipt whose lease expired and that another worker completed is a no-op
 // when the first worker resumes.
+//
+// worker.go is the loop (Run, its rounds of drainers, their claims);
+// apply.go is one receipt's transaction, top to bottom; resident.go keeps
+// a worker polling until its deadline, relay.go runs the outbox relay
+// between rounds, drift.go counts receipts of other API versions.
 package worker
 
 import (
@@ -17,15 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
@@ -81,22 +82,6 @@ func New(pool *pgxpool.Pool, reg handlers.Registry, cfg Config, logger *slog.Log
 	return &Worker{pool: pool, handlers: reg, cfg: cfg, logger: logger, metrics: em, Now: func() *time.Time { return nil }, Jitter: rand.Float64, latency: &latencyRecorder{}}, nil
 }
 
-// Outcome of processing one claimed receipt.
-type Outcome string
-
-const (
-	Applied     Outcome = "applied"      // the handler's effect committed with processed_at
-	Ignored     Outcome = "ignored"      // no handler; marked processed
-	AlreadyDone Outcome = "already_done" // another worker completed it first
-	Failed      Outcome = "failed"       // rolled back; failure recorded and rescheduled
-	// IgnoredOtherMode: the event's livemode is not the mode this worker
-	// books (Config.Mode); marked processed without running its handler.
-	IgnoredOtherMode Outcome = Outcome(handlers.IgnoredOtherMode)
-	// Released: claimed, then given back unprocessed (attempt uncounted)
-	// because the invocation reached its deadline margin first.
-	Released Outcome = "released"
-)
-
 // Summary is what one Run did, and the backlog it left.
 type Summary struct {
 	Processed           int     `json:"processed"`
@@ -118,7 +103,7 @@ type Summary struct {
 	// Deadlocks counts the receipts PostgreSQL rolled back as a deadlock's
 	// victim during the run (each is applied again; nothing is lost). Each
 	// cost the other transaction deadlock_timeout (1 s): batches take rows
-	// in one order so that this stays 0 (batch.go, lockOrder).
+	// in one order so that this stays 0 (apply.go, lockOrder).
 	Deadlocks int `json:"deadlocks"`
 	// UnexpectedAPIVersion counts the receipts claimed for the first time
 	// whose API version is not Config.APIVersion (drift.go).
@@ -434,181 +419,4 @@ func (w *Worker) boundedCtx(ctx context.Context, limit time.Time) (context.Conte
 		d = limit
 	}
 	return context.WithDeadline(ctx, d)
-}
-
-// stopAt is when a drainer stops starting work: ctx's deadline less the
-// margin (zero when ctx has no deadline).
-func (w *Worker) stopAt(ctx context.Context) time.Time {
-	if d, ok := ctx.Deadline(); ok {
-		return d.Add(-w.cfg.DeadlineMargin)
-	}
-	return time.Time{}
-}
-
-// expired reports whether stopAt (see Worker.stopAt) has come.
-func expired(stopAt time.Time) bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
-
-// connSource gives a processing transaction its connection.
-type connSource func(context.Context) (*pgx.Conn, error)
-
-// fixedConn always gives conn.
-func fixedConn(conn *pgx.Conn) connSource {
-	return func(context.Context) (*pgx.Conn, error) { return conn, nil }
-}
-
-// drainConn is a drainer's connection. One that was lost (the server ended
-// the session, the network failed) is replaced at the next get, so a lost
-// connection costs only the transaction that was on it: the receipts of a
-// failed batch are retried, and a failure recorded, on a new one.
-type drainConn struct {
-	pool *pgxpool.Pool
-	conn *pgxpool.Conn
-}
-
-func (d *drainConn) get(ctx context.Context) (*pgx.Conn, error) {
-	if d.conn != nil && !d.conn.Conn().IsClosed() {
-		return d.conn.Conn(), nil
-	}
-	d.release() // the pool discards a closed connection
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("acquiring a connection: %w", err)
-	}
-	d.conn = conn
-	return conn.Conn(), nil
-}
-
-func (d *drainConn) release() {
-	if d.conn != nil {
-		d.conn.Release()
-		d.conn = nil
-	}
-}
-
-// Process applies one claimed receipt on conn and records the outcome. It
-// reports whether the receipt raised an anomaly.
-func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (Outcome, bool) {
-	return w.process(ctx, fixedConn(conn), c)
-}
-
-func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed) (Outcome, bool) {
-	start := time.Now()
-	log := w.logger.With("endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType, "attempt", c.Attempts)
-
-	var (
-		outcome Outcome
-		anomaly bool
-		latency time.Duration
-	)
-	err := inTxOn(ctx, conns, func(tx pgx.Tx) error {
-		if err := w.setStatementTimeout(ctx, tx); err != nil {
-			return err
-		}
-		var err error
-		outcome, anomaly, latency, err = w.apply(ctx, tx, c)
-		return err
-	})
-	if err != nil {
-		// inTx has rolled back the business work.
-		if isDeadlock(err) {
-			w.deadlocks.Add(1)
-		}
-		text := describe(err)
-		delay := w.backoff(c.Attempts)
-		// Bounded by the statement timeout (not by cancelling a context,
-		// which would close the connection): the row may be locked by a
-		// worker that took it over after the lease; then this gives up and
-		// the lease brings the row back.
-		rctx := context.WithoutCancel(ctx)
-		if rerr := inTxOn(rctx, conns, func(tx pgx.Tx) error {
-			if err := w.setStatementTimeout(rctx, tx); err != nil {
-				return err
-			}
-			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now(), w.cfg.MaxAttempts)
-		}); rerr != nil {
-			log.ErrorContext(ctx, "recording failure", "error", rerr)
-		}
-		level := slog.LevelWarn
-		if c.Attempts >= w.cfg.MaxAttempts {
-			level = slog.LevelError
-		}
-		log.Log(ctx, level, "receipt failed", "outcome", Failed, "error", text, "retry_in_ms", delay.Milliseconds(),
-			"needs_review", c.Attempts >= w.cfg.MaxAttempts, "duration_ms", time.Since(start).Milliseconds())
-		return Failed, false
-	}
-	if outcome != AlreadyDone {
-		w.recordLatency(latency)
-	}
-	log.InfoContext(ctx, "receipt", "outcome", outcome, "anomaly", anomaly, "duration_ms", time.Since(start).Milliseconds())
-	return outcome, anomaly
-}
-
-// backoff is the delay before attempt+1: min(cap, base*2^(attempt-1)),
-// scaled by a random 50-100% so failed receipts do not retry in lockstep.
-func (w *Worker) backoff(attempt int) time.Duration {
-	exp := math.Pow(2, float64(max(attempt-1, 0)))
-	d := time.Duration(math.Min(float64(w.cfg.BackoffCap), float64(w.cfg.BackoffBase)*exp))
-	return time.Duration(float64(d) * (0.5 + w.Jitter()/2))
-}
-
-// describe turns an error into last_error: its class and a truncated message.
-func describe(err error) string {
-	class := "error"
-	max := 500
-	var pgErr *pgconn.PgError
-	var panicErr *panicError
-	switch {
-	case errors.As(err, &panicErr):
-		class, max = "panic", 2000 // room for the top of the stack
-	case errors.As(err, &pgErr):
-		class = "pg " + pgErr.Code
-	case errors.Is(err, handlers.ErrBadPayload):
-		class = "bad_payload"
-	case errors.Is(err, handlers.ErrUnknownAPIVersion):
-		class = "api_version"
-	case errors.Is(err, context.DeadlineExceeded):
-		class = "deadline"
-	case errors.Is(err, context.Canceled):
-		class = "canceled"
-	}
-	msg := err.Error()
-	if len(msg) > max {
-		msg = strings.ToValidUTF8(msg[:max], "") + "…" // not a rune cut in two: last_error is text
-	}
-	return class + ": " + msg
-}
-
-// inTx runs fn in a transaction on conn: commit when fn succeeds, otherwise
-// roll back on a context that cannot be cancelled, so a deadline that hit fn
-// does not also leave the connection with a transaction open.
-func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("beginning transaction: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing: %w", err)
-	}
-	return nil
-}
-
-// inTxOn is inTx on a connection from conns.
-func inTxOn(ctx context.Context, conns connSource, fn func(pgx.Tx) error) error {
-	conn, err := conns(ctx)
-	if err != nil {
-		return err
-	}
-	return inTx(ctx, conn, fn)
-}
-
-// setStatementTimeout bounds every statement of tx, including lock waits.
-func (w *Worker) setStatementTimeout(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprintf("%dms", w.cfg.StatementTimeout.Milliseconds())); err != nil {
-		return fmt.Errorf("setting statement_timeout: %w", err)
-	}
-	return nil
 }

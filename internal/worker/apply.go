@@ -1,20 +1,53 @@
 package worker
 
+// This file is one receipt's transaction, read top to bottom in the order a
+// claimed batch meets it (drain, in worker.go, hands it over):
+// ProcessBatch orders the batch and splits off the refunds it cannot place;
+// batchTx locks the receipts (inbox.LockMany), re-checks them, filters the
+// other mode (books), runs the handlers (applyHandler), records failures
+// (isDeadlock, describe, backoff) and marks the rest processed
+// (inbox.MarkManyProcessed), in one commit; oneByOne is the fallback when
+// that transaction fails, and giveBack releases the receipts the deadline
+// margin leaves unstarted; Process is the one-receipt transaction (apply:
+// lock, re-check, mode filter, handler, mark) that BATCH_SIZE=1, the
+// fallback and a deadlocked receipt use. The deadline margin, inTx and the
+// connection the transactions run on close the file.
+
 import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/batch"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
+)
+
+// Outcome of processing one claimed receipt.
+type Outcome string
+
+const (
+	Applied     Outcome = "applied"      // the handler's effect committed with processed_at
+	Ignored     Outcome = "ignored"      // no handler; marked processed
+	AlreadyDone Outcome = "already_done" // another worker completed it first
+	Failed      Outcome = "failed"       // rolled back; failure recorded and rescheduled
+	// IgnoredOtherMode: the event's livemode is not the mode this worker
+	// books (Config.Mode); marked processed without running its handler.
+	IgnoredOtherMode Outcome = Outcome(handlers.IgnoredOtherMode)
+	// Released: claimed, then given back unprocessed (attempt uncounted)
+	// because the invocation reached its deadline margin first.
+	Released Outcome = "released"
 )
 
 // ProcessBatch applies several claimed receipts in one transaction, each
@@ -173,7 +206,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 		latencies []time.Duration
 	)
 	err = inTx(ctx, conn, func(tx pgx.Tx) error {
-		if err := w.setStatementTimeout(ctx, tx); err != nil {
+		if err := inbox.SetLocalStatementTimeout(ctx, tx, w.cfg.StatementTimeout); err != nil {
 			return err
 		}
 		keys := make([]inbox.Key, len(order))
@@ -283,6 +316,97 @@ type failure struct {
 	delay time.Duration
 }
 
+// books reports whether the receipt is of the Stripe mode this worker books.
+// A receipt of the other mode is marked processed as ignored_other_mode and
+// never reaches a handler, so it cannot touch invoices, the ledger or the
+// outbox.
+func (w *Worker) books(l inbox.Locked) bool {
+	return l.Livemode == (w.cfg.Mode == ModeLive)
+}
+
+// event is what a handler sees of a locked receipt.
+func event(c inbox.Claimed, l inbox.Locked) handlers.Event {
+	return handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload, Livemode: l.Livemode, Account: l.Account}
+}
+
+// applyHandler runs the handler for ev. A panic in it is returned as a
+// *panicError, so that it fails only this receipt: re-raised, it would end
+// the process (the drainer goroutines are not the Lambda runtime's, which
+// does not recover them) and lose every drainer's work in flight.
+func applyHandler(ctx context.Context, reg handlers.Registry, db handlers.DB, ev handlers.Event) (res handlers.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = handlers.Result{}, &panicError{value: p, stack: debug.Stack()}
+		}
+	}()
+	return reg.Apply(ctx, db, ev)
+}
+
+// panicError is a handler's panic: its value and the stack where it
+// happened.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	// From the frame that panicked: the frames above it (debug.Stack, the
+	// deferred function, panic itself) say nothing about the cause.
+	stack := string(e.stack)
+	if i := strings.Index(stack, "\npanic("); i >= 0 {
+		rest := stack[i+1:]
+		for range 2 { // the panic( line and its file:line
+			if j := strings.IndexByte(rest, '\n'); j >= 0 {
+				rest = rest[j+1:]
+			}
+		}
+		stack = rest
+	}
+	return fmt.Sprintf("%v\n%s", e.value, stack)
+}
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected
+// (SQLSTATE 40P01): the statement was chosen as a deadlock's victim.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
+
+// backoff is the delay before attempt+1: min(cap, base*2^(attempt-1)),
+// scaled by a random 50-100% so failed receipts do not retry in lockstep.
+func (w *Worker) backoff(attempt int) time.Duration {
+	exp := math.Pow(2, float64(max(attempt-1, 0)))
+	d := time.Duration(math.Min(float64(w.cfg.BackoffCap), float64(w.cfg.BackoffBase)*exp))
+	return time.Duration(float64(d) * (0.5 + w.Jitter()/2))
+}
+
+// describe turns an error into last_error: its class and a truncated message.
+func describe(err error) string {
+	class := "error"
+	max := 500
+	var pgErr *pgconn.PgError
+	var panicErr *panicError
+	switch {
+	case errors.As(err, &panicErr):
+		class, max = "panic", 2000 // room for the top of the stack
+	case errors.As(err, &pgErr):
+		class = "pg " + pgErr.Code
+	case errors.Is(err, handlers.ErrBadPayload):
+		class = "bad_payload"
+	case errors.Is(err, handlers.ErrUnknownAPIVersion):
+		class = "api_version"
+	case errors.Is(err, context.DeadlineExceeded):
+		class = "deadline"
+	case errors.Is(err, context.Canceled):
+		class = "canceled"
+	}
+	msg := err.Error()
+	if len(msg) > max {
+		msg = strings.ToValidUTF8(msg[:max], "") + "…" // not a rune cut in two: last_error is text
+	}
+	return class + ": " + msg
+}
+
 // oneByOne processes claimed[order[0]], claimed[order[1]], ... one transaction
 // each, after the batch transaction failed with err. Before each receipt it checks, as the drainer does before each
 // batch, that the invocation's deadline margin is not reached (and ctx is not
@@ -344,7 +468,166 @@ func (w *Worker) giveBack(ctx context.Context, conns connSource, claimed []inbox
 		"receipts", len(rest), "released", len(released))
 }
 
-func isDeadlock(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+// Process applies one claimed receipt on conn and records the outcome. It
+// reports whether the receipt raised an anomaly.
+func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (Outcome, bool) {
+	return w.process(ctx, fixedConn(conn), c)
+}
+
+func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed) (Outcome, bool) {
+	start := time.Now()
+	log := w.logger.With("endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType, "attempt", c.Attempts)
+
+	var (
+		outcome Outcome
+		anomaly bool
+		latency time.Duration
+	)
+	err := inTxOn(ctx, conns, func(tx pgx.Tx) error {
+		if err := inbox.SetLocalStatementTimeout(ctx, tx, w.cfg.StatementTimeout); err != nil {
+			return err
+		}
+		var err error
+		outcome, anomaly, latency, err = w.apply(ctx, tx, c)
+		return err
+	})
+	if err != nil {
+		// inTx has rolled back the business work.
+		if isDeadlock(err) {
+			w.deadlocks.Add(1)
+		}
+		text := describe(err)
+		delay := w.backoff(c.Attempts)
+		// Bounded by the statement timeout (not by cancelling a context,
+		// which would close the connection): the row may be locked by a
+		// worker that took it over after the lease; then this gives up and
+		// the lease brings the row back.
+		rctx := context.WithoutCancel(ctx)
+		if rerr := inTxOn(rctx, conns, func(tx pgx.Tx) error {
+			if err := inbox.SetLocalStatementTimeout(rctx, tx, w.cfg.StatementTimeout); err != nil {
+				return err
+			}
+			return inbox.RecordFailure(rctx, tx, c.Key, text, delay, w.Now(), w.cfg.MaxAttempts)
+		}); rerr != nil {
+			log.ErrorContext(ctx, "recording failure", "error", rerr)
+		}
+		level := slog.LevelWarn
+		if c.Attempts >= w.cfg.MaxAttempts {
+			level = slog.LevelError
+		}
+		log.Log(ctx, level, "receipt failed", "outcome", Failed, "error", text, "retry_in_ms", delay.Milliseconds(),
+			"needs_review", c.Attempts >= w.cfg.MaxAttempts, "duration_ms", time.Since(start).Milliseconds())
+		return Failed, false
+	}
+	if outcome != AlreadyDone {
+		w.recordLatency(latency)
+	}
+	log.InfoContext(ctx, "receipt", "outcome", outcome, "anomaly", anomaly, "duration_ms", time.Since(start).Milliseconds())
+	return outcome, anomaly
+}
+
+// apply is the body of Process (one receipt per transaction): lock,
+// re-check, handle, mark. It also returns the receipt-to-effect latency of a
+// receipt it marked processed (0 otherwise), to be recorded once tx
+// commits. ProcessBatch does the same for many receipts at once (batchTx).
+func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome, bool, time.Duration, error) {
+	locked, found, err := inbox.Lock(ctx, tx, c.Key)
+	if err != nil {
+		return "", false, 0, err
+	}
+	if !found {
+		return AlreadyDone, false, 0, nil
+	}
+	if !w.books(locked) {
+		lat, err := inbox.MarkProcessed(ctx, tx, c.Key, string(IgnoredOtherMode), w.Now())
+		if err != nil {
+			return "", false, 0, err
+		}
+		return IgnoredOtherMode, false, lat, nil
+	}
+	res, err := applyHandler(ctx, w.handlers, tx, event(c, locked))
+	if err != nil {
+		return "", false, 0, err
+	}
+	lat, err := inbox.MarkProcessed(ctx, tx, c.Key, string(res.Outcome), w.Now())
+	if err != nil {
+		return "", false, 0, err
+	}
+	return Outcome(res.Outcome), res.Anomaly, lat, nil
+}
+
+// stopAt is when a drainer stops starting work: ctx's deadline less the
+// margin (zero when ctx has no deadline).
+func (w *Worker) stopAt(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d.Add(-w.cfg.DeadlineMargin)
+	}
+	return time.Time{}
+}
+
+// expired reports whether stopAt (see Worker.stopAt) has come.
+func expired(stopAt time.Time) bool { return !stopAt.IsZero() && !time.Now().Before(stopAt) }
+
+// inTx runs fn in a transaction on conn: commit when fn succeeds, otherwise
+// roll back on a context that cannot be cancelled, so a deadline that hit fn
+// does not also leave the connection with a transaction open.
+func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+// inTxOn is inTx on a connection from conns.
+func inTxOn(ctx context.Context, conns connSource, fn func(pgx.Tx) error) error {
+	conn, err := conns(ctx)
+	if err != nil {
+		return err
+	}
+	return inTx(ctx, conn, fn)
+}
+
+// connSource gives a processing transaction its connection.
+type connSource func(context.Context) (*pgx.Conn, error)
+
+// fixedConn always gives conn.
+func fixedConn(conn *pgx.Conn) connSource {
+	return func(context.Context) (*pgx.Conn, error) { return conn, nil }
+}
+
+// drainConn is a drainer's connection. One that was lost (the server ended
+// the session, the network failed) is replaced at the next get, so a lost
+// connection costs only the transaction that was on it: the receipts of a
+// failed batch are retried, and a failure recorded, on a new one.
+type drainConn struct {
+	pool *pgxpool.Pool
+	conn *pgxpool.Conn
+}
+
+func (d *drainConn) get(ctx context.Context) (*pgx.Conn, error) {
+	if d.conn != nil && !d.conn.Conn().IsClosed() {
+		return d.conn.Conn(), nil
+	}
+	d.release() // the pool discards a closed connection
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquiring a connection: %w", err)
+	}
+	d.conn = conn
+	return conn.Conn(), nil
+}
+
+func (d *drainConn) release() {
+	if d.conn != nil {
+		d.conn.Release()
+		d.conn = nil
+	}
 }

@@ -1,0 +1,220 @@
+package approle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// WorkerStateColumns are the columns of webhook_inbox that only the worker
+// writes (claims, attempts, outcomes). The webhook may insert every other
+// column, including columns later migrations add; a migration that adds a
+// column only the worker may write must add it here.
+var WorkerStateColumns = []string{"received_at", "available_at", "attempts", "last_error", "processed_at", "outcome"}
+
+// receiptKey is the part of a receipt the webhook may read back.
+var receiptKey = []string{"provider", "endpoint", "event_id"}
+
+// Grant is the deploy step's last part, run after the migrations: as the
+// owner (SET LOCAL ROLE, so the grants are the owner's), in one transaction,
+// it takes every privilege on schema public's tables and sequences from the
+// login roles and the retired roles and grants each login role exactly what
+// its function needs (see the package comment), including the default
+// privileges that give the worker the tables later migrations create. The
+// legacy role, if it exists, gets back what the earlier release gave it, on
+// every table, including those created since.
+// Running it after each deploy's migrations is what lets the webhook insert
+// columns later migrations add to webhook_inbox. conn must be the master's.
+func Grant(ctx context.Context, conn *pgx.Conn, roles Roles) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey); err != nil {
+			return fmt.Errorf("taking the role lock: %w", err)
+		}
+		var master string
+		if err := tx.QueryRow(ctx, "SELECT current_user").Scan(&master); err != nil {
+			return fmt.Errorf("reading the current user: %w", err)
+		}
+		if err := roles.Validate(master); err != nil {
+			return err
+		}
+		owner := pgx.Identifier{roles.Owner}.Sanitize()
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+owner); err != nil {
+			return fmt.Errorf("becoming the owner %s: %w", roles.Owner, err)
+		}
+		columns, err := webhookColumns(ctx, tx)
+		if err != nil {
+			return err
+		}
+		// A retired role that never existed here (a stack created after
+		// it was retired) has nothing to revoke.
+		var retired []string
+		if err := tx.QueryRow(ctx, "SELECT coalesce(array_agg(rolname ORDER BY rolname), '{}') FROM pg_roles WHERE rolname = ANY ($1)",
+			roles.Retired).Scan(&retired); err != nil {
+			return fmt.Errorf("looking up the retired roles: %w", err)
+		}
+		roles.Retired = retired
+		// Nor does a legacy role that never existed (a new stack): it is
+		// not created, so it gets nothing.
+		if roles.Legacy != "" {
+			exists, err := roleExists(ctx, tx, roles.Legacy)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				roles.Legacy = ""
+			}
+		}
+		for _, stmt := range grants(roles, columns) {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("granting privileges (%s): %w", stmt, err)
+			}
+		}
+		return nil
+	})
+}
+
+// webhookColumns lists the columns of webhook_inbox the webhook may insert:
+// all but WorkerStateColumns.
+func webhookColumns(ctx context.Context, tx pgx.Tx) ([]string, error) {
+	rows, err := tx.Query(ctx, `
+SELECT attname FROM pg_attribute
+ WHERE attrelid = 'public.webhook_inbox'::regclass AND attnum > 0 AND NOT attisdropped
+   AND attgenerated = ''
+ ORDER BY attnum`)
+	if err != nil {
+		return nil, fmt.Errorf("listing the columns of webhook_inbox: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing the columns of webhook_inbox: %w", err)
+	}
+	var out []string
+	for _, c := range all {
+		if !slices.Contains(WorkerStateColumns, c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = pgx.Identifier{n}.Sanitize()
+	}
+	return strings.Join(q, ", ")
+}
+
+// grants are the statements, run as the owner, that give each login role
+// exactly its function's privileges and take everything from retired roles.
+func grants(roles Roles, webhookInsert []string) []string {
+	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	owner, webhook, worker, purge := q(roles.Owner), q(roles.Webhook), q(roles.Worker), q(roles.Purge)
+	var out []string
+	// Start from nothing, so a privilege an earlier release (or an
+	// operator) granted does not linger.
+	all := append([]string{roles.Webhook, roles.Worker, roles.Purge}, roles.Retired...)
+	if roles.Legacy != "" {
+		all = append(all, roles.Legacy)
+	}
+	if roles.Ops != "" {
+		all = append(all, roles.Ops)
+	}
+	if roles.Reconcile != "" {
+		all = append(all, roles.Reconcile)
+	}
+	for _, name := range all {
+		r := q(name)
+		out = append(out,
+			"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "+r,
+			"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "+r,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public REVOKE ALL ON TABLES FROM "+r,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public REVOKE ALL ON SEQUENCES FROM "+r,
+		)
+	}
+	out = append(out,
+		// The webhook: store a receipt, and read back only its key (the
+		// INSERT ... ON CONFLICT DO NOTHING RETURNING of internal/inbox).
+		"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+webhook,
+		"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+webhook,
+		// A duplicate delivery counts itself on the stored receipt
+		// (inbox.CountDuplicate: UPDATE ... SET duplicates = duplicates + 1,
+		// its row picked FOR UPDATE SKIP LOCKED): UPDATE and SELECT of that
+		// one column.
+		"GRANT SELECT (duplicates), UPDATE (duplicates) ON public.webhook_inbox TO "+webhook,
+
+		// The purge (internal/retention): delete processed receipts and
+		// published outbox rows, scrub payloads. Its batches pick rows by
+		// ctid, which a column grant cannot cover, so SELECT is the table's.
+		// They lock the rows they pick (FOR UPDATE SKIP LOCKED), which
+		// PostgreSQL allows only with UPDATE on at least one column: on
+		// webhook_inbox that is payload and payload_raw (scrubbing), on outbox created_at,
+		// the one column whose change neither the dispatcher (payload,
+		// published_at) nor the retention (published_at) reads.
+		"GRANT SELECT, DELETE ON public.webhook_inbox, public.outbox TO "+purge,
+		"GRANT UPDATE (payload, payload_raw) ON public.webhook_inbox TO "+purge,
+		"GRANT UPDATE (created_at) ON public.outbox TO "+purge,
+
+		// The worker: everything else, now and in later migrations.
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+worker,
+		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "+worker,
+		"REVOKE INSERT, DELETE ON public.webhook_inbox FROM "+worker,
+		"REVOKE ALL ON public.schema_migrations FROM "+worker,
+		// The operators' audit trail is written only by internal/ops
+		// (the ops role, or the master): no function may change it.
+		"REVOKE ALL ON public.ops_audit FROM "+worker,
+		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+worker,
+		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+worker,
+	)
+	if roles.Ops != "" {
+		out = append(out, opsGrants(q(roles.Ops))...)
+	}
+	if roles.Reconcile != "" {
+		// The reconciler's store function (internal/reconcile.DBSink):
+		// the webhook's INSERT with source 'reconcile', and its mark.
+		reconcile := q(roles.Reconcile)
+		out = append(out,
+			"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+reconcile,
+			"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+reconcile,
+			"GRANT SELECT, INSERT, UPDATE ON public.reconcile_high_water TO "+reconcile,
+		)
+	}
+	if roles.Legacy != "" {
+		// The earlier release's shared role, while it is kept: what that
+		// release's deploy step granted it (the functions it ran did all
+		// three jobs), on every table the owner now owns, including tables
+		// created since (refunds, payment_links) and later ones. So the
+		// previous functions keep working during the deploy and after a
+		// rollback, whatever migrations this release applied.
+		legacy := q(roles.Legacy)
+		out = append(out,
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+legacy,
+			"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "+legacy,
+			"REVOKE INSERT, UPDATE, DELETE ON public.schema_migrations FROM "+legacy,
+			"REVOKE INSERT, UPDATE, DELETE ON public.ops_audit FROM "+legacy,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+legacy,
+			"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+legacy,
+		)
+	}
+	return out
+}
+
+// opsGrants are the operators' role's privileges: exactly the statements of
+// internal/ops (its reads, retry, resolve and the audit row). Table by
+// table, so a table a later migration adds is not readable until a release
+// decides it should be. The audit rows' identity column needs no sequence
+// privilege.
+func opsGrants(ops string) []string {
+	return []string{
+		"GRANT SELECT ON public.webhook_inbox, public.invoices, public.ledger_entries, public.outbox, public.anomalies TO " + ops,
+		"GRANT UPDATE (attempts, available_at) ON public.webhook_inbox TO " + ops,
+		"GRANT UPDATE (resolved_at, resolution) ON public.anomalies TO " + ops,
+		// outbox-retry (outbox.RetryRows): fresh attempts, due now, no
+		// lease; never published_at, the payload or last_error.
+		"GRANT UPDATE (attempts, available_at, leased_until, claim_token) ON public.outbox TO " + ops,
+		"GRANT SELECT, INSERT ON public.ops_audit TO " + ops,
+	}
+}
