@@ -57,3 +57,15 @@ func TestSettingsStripeAPIVersion(t *testing.T) {
 	_, err = SettingsFromContext(func(k string) any { return map[string]any{"stripeApiVersion": "latest"}[k] })
 	require.ErrorContains(t, err, `stripeApiVersion: "latest" is not a Stripe API version`)
 }
+
+// unnamedApiReleases (default book) reaches the worker as
+// STRIPE_UNNAMED_RELEASES; another value is refused with what to set.
+func TestSettingsUnnamedAPIReleases(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "book", environment(dev.appFunctions(t)["worker"])["STRIPE_UNNAMED_RELEASES"])
+	s, err := SettingsFromContext(func(k string) any { return map[string]any{"unnamedApiReleases": "hold"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, "hold", s.UnnamedAPIReleases)
+	_, err = SettingsFromContext(func(k string) any { return map[string]any{"unnamedApiReleases": "ignore"}[k] })
+	require.ErrorContains(t, err, `unnamedApiReleases: STRIPE_UNNAMED_RELEASES="ignore": must be "book"`)
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
 
@@ -139,6 +140,12 @@ type Settings struct {
 	// counts receipts of any other version (UnexpectedApiVersion) and the
 	// ApiVersionDrift alarm fires when one arrives.
 	StripeAPIVersion string
+	// UnnamedAPIReleases is what the worker does with an event of a Stripe
+	// release the code has not named (unnamedApiReleases; default book:
+	// book it when its fields satisfy the handlers' contracts, and count
+	// it for ApiVersionDrift; hold: fail it for review). The worker's
+	// STRIPE_UNNAMED_RELEASES; see handlers.Options.
+	UnnamedAPIReleases string
 	// Reconcile enables the reconciler's schedule (reconcile; default
 	// true); ReconcileSchedule is its expression (reconcileSchedule;
 	// default rate(15 minutes)); ReconcileEndpoint is the endpoint whose
@@ -245,6 +252,10 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	s.StripeAPIVersion = r.str("stripeApiVersion", stripeevent.DefaultAPIVersion)
 	if err := stripeevent.CheckAPIVersion(s.StripeAPIVersion); err != nil {
 		r.addf("stripeApiVersion: %v", err)
+	}
+	s.UnnamedAPIReleases = r.str("unnamedApiReleases", string(handlers.BookUnnamed))
+	if err := (handlers.Options{UnnamedReleases: handlers.UnnamedReleases(s.UnnamedAPIReleases)}).Validate(); err != nil {
+		r.addf("unnamedApiReleases: %v", err)
 	}
 	r.reconcileSettings(&s)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))

@@ -42,6 +42,7 @@ func TestSettingsDefaults(t *testing.T) {
 		WorkerTimeout:              100 * time.Second,
 		WorkerReservedConcurrency:  3,
 		StripeAPIVersion:           stripeevent.DefaultAPIVersion,
+		UnnamedAPIReleases:         "book",
 		AssetsDir:                  filepath.Join("..", "build"),
 	}, s)
 	require.Equal(t, "StripeInbox-dev", s.StackName())

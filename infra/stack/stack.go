@@ -385,6 +385,9 @@ func (b *builder) lambdas() {
 				"DB_MAX_CONNS":       "5",
 				"STRIPE_MODE":        b.s.StripeMode,
 				"STRIPE_API_VERSION": b.s.StripeAPIVersion,
+				// An event of a release the code has not named: booked
+				// when its shape holds, or held for review.
+				"STRIPE_UNNAMED_RELEASES": b.s.UnnamedAPIReleases,
 			},
 			// The next tick comes in a minute: an older event only overlaps it.
 			maxEventAge: awscdk.Duration_Seconds(jsii.Number(WorkerMaxEventAge.Seconds())),

@@ -114,7 +114,7 @@ func NewWorker(ctx context.Context, c config.Worker, logger *slog.Logger, out io
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := worker.New(pool, handlers.Default(), c.Worker, logger, Metrics(out, c.Common))
+	w, err := worker.New(pool, handlers.New(c.Handlers), c.Worker, logger, Metrics(out, c.Common))
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/handlers"
 )
 
 func env(kv ...string) config.Env {
@@ -103,6 +104,10 @@ func TestWorker(t *testing.T) {
 	require.EqualValues(t, 9, c.Database.MaxConns, "one connection per drainer plus one")
 	require.True(t, c.Database.PreparedStatements, "the worker caches its statements")
 	require.Equal(t, 10, c.Worker.MaxAttempts)
+	require.Equal(t, handlers.BookUnnamed, c.Handlers.UnnamedReleases, "a release the code has not named is booked when its shape holds")
+	c, err = config.LoadWorker(env("DATABASE_URL", localDB, "STRIPE_MODE", "live", "STRIPE_UNNAMED_RELEASES", "hold"))
+	require.NoError(t, err)
+	require.Equal(t, handlers.HoldUnnamed, c.Handlers.UnnamedReleases)
 }
 
 func TestWorkerErrorsSayWhatToFix(t *testing.T) {
@@ -125,6 +130,7 @@ func TestWorkerErrorsSayWhatToFix(t *testing.T) {
 		"poll interval negative":               {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "POLL_INTERVAL", "-1s"), `POLL_INTERVAL="-1s"`},
 		"listen not a switch":                  {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "LISTEN", "yes please"), `LISTEN="yes please": must be on or off (default off)`},
 		"listen without polling":               {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "LISTEN", "on", "POLL_INTERVAL", "0"), "LISTEN=on needs POLL_INTERVAL > 0"},
+		"unnamed releases":                     {env("STRIPE_MODE", "test", "DATABASE_URL", localDB, "STRIPE_UNNAMED_RELEASES", "skip"), `STRIPE_UNNAMED_RELEASES="skip": must be "book"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

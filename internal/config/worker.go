@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
@@ -11,6 +12,8 @@ import (
 type Worker struct {
 	Common
 	Worker worker.Config
+	// Handlers are the handlers' options (STRIPE_UNNAMED_RELEASES).
+	Handlers handlers.Options
 }
 
 // LoadWorker reads STRIPE_MODE (required: live or test), WORKER_CONCURRENCY,
@@ -18,8 +21,10 @@ type Worker struct {
 // BATCH_SIZE, BACKOFF_BASE, BACKOFF_CAP, POLL_INTERVAL (default 250ms; 0
 // returns as soon as the inbox is empty), LISTEN (on or off, default off:
 // wake on the webhook's notification; see worker.Config.Listen) and
-// STRIPE_API_VERSION (optional: count receipts of other versions), and the
-// database settings. The pool gets one connection per drainer plus one.
+// STRIPE_API_VERSION (optional: count receipts of other versions),
+// STRIPE_UNNAMED_RELEASES (book, the default, or hold: what the handlers do
+// with an event of a Stripe release the code has not named; see
+// handlers.Options), and the database settings. The pool gets one connection per drainer plus one.
 func LoadWorker(env Env) (Worker, error) {
 	var p problems
 	wc := worker.Config{Mode: strings.TrimSpace(env("STRIPE_MODE"))}
@@ -44,6 +49,11 @@ func LoadWorker(env Env) (Worker, error) {
 	wc.Listen = p.onOff(env, "LISTEN", false)
 	wc.APIVersion = strings.TrimSpace(env("STRIPE_API_VERSION")) // optional; checked by Validate
 	w := Worker{Common: p.common(env, "worker", max(wc.Concurrency, 1)+1), Worker: wc}
+	w.Handlers.UnnamedReleases = handlers.UnnamedReleases(strings.TrimSpace(env("STRIPE_UNNAMED_RELEASES")))
+	if w.Handlers.UnnamedReleases == "" {
+		w.Handlers.UnnamedReleases = handlers.BookUnnamed
+	}
+	p.addErr("", w.Handlers.Validate())
 	w.Database.PreparedStatements = true // see internal/database
 	if wc.Concurrency >= 1 && int(w.Database.MaxConns) < wc.Concurrency+1 {
 		p.addf("DB_MAX_CONNS=%d: the worker needs one connection per drainer plus one (WORKER_CONCURRENCY+1 = %d)", w.Database.MaxConns, wc.Concurrency+1)

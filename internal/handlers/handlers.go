@@ -18,7 +18,6 @@ package handlers
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -90,34 +89,49 @@ var ErrBadPayload = errors.New("event payload is missing required fields")
 // Registry maps event types to handlers.
 type Registry map[string]Handler
 
-// Default is the one place where handlers are registered.
-func Default() Registry {
+// Default is New with the default options (unnamed releases are booked when
+// their fields satisfy the contracts).
+func Default() Registry { return New(Options{}) }
+
+// New is the one place where handlers are registered. Each decodes its
+// event once and checks its contract and version (on) before it applies.
+func New(o Options) Registry {
 	return Registry{
-		"invoice.created":              invoiceCreated,
-		"invoice.finalized":            invoiceFinalized,
-		"invoice.paid":                 invoicePaid,
-		"invoice.voided":               invoiceVoided,
-		"invoice.marked_uncollectible": invoiceMarkedUncollectible,
-		"invoice_payment.paid":         invoicePaymentPaid,
-		"charge.refunded":              chargeRefunded,
-		"refund.created":               refundChanged,
-		"refund.updated":               refundChanged,
-		"refund.failed":                refundChanged,
-		"charge.refund.updated":        refundChanged,
+		"invoice.created":              on(o, invoiceCreated),
+		"invoice.finalized":            on(o, invoiceFinalized),
+		"invoice.paid":                 on(o, invoicePaid),
+		"invoice.voided":               on(o, invoiceVoided),
+		"invoice.marked_uncollectible": on(o, invoiceMarkedUncollectible),
+		"invoice_payment.paid":         on(o, invoicePaymentPaid),
+		"charge.refunded":              on(o, chargeRefunded),
+		"refund.created":               on(o, refundChanged),
+		"refund.updated":               on(o, refundChanged),
+		"refund.failed":                on(o, refundChanged),
+		"charge.refund.updated":        on(o, refundChanged),
+	}
+}
+
+// on makes the Handler of an event whose data.object is a T: it decodes the
+// payload once into T, checks the version against o and T's contract (see
+// contract.go), and only then applies.
+func on[T any, P contracted[T]](o Options, apply func(ctx context.Context, tx DB, ev Event, obj T, m Meta) (Result, error)) Handler {
+	return func(ctx context.Context, tx DB, ev Event) (Result, error) {
+		obj, m, err := decode[T, P](ev)
+		if verr := o.admit(ev, m.APIVersion); verr != nil {
+			return Result{}, verr // the version first: a shape is judged only in a version we admit
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		return apply(ctx, tx, ev, obj, m)
 	}
 }
 
 // Apply runs the handler for ev.Type, or reports Ignored when there is none.
-// An event rendered with an API version the handlers do not understand
-// fails with ErrUnknownAPIVersion before its handler runs (see
-// apiversion.go).
 func (r Registry) Apply(ctx context.Context, tx DB, ev Event) (Result, error) {
 	h, ok := r[ev.Type]
 	if !ok {
 		return Result{Outcome: Ignored}, nil
-	}
-	if err := checkAPIVersion(ev.Payload); err != nil {
-		return Result{}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	return h(ctx, tx, ev)
 }

@@ -6,65 +6,103 @@ import (
 	"fmt"
 )
 
-// invoice is the part of a Stripe Invoice the handlers read.
+// invoice is the part of a Stripe Invoice the handlers read; contract says
+// how (see contract.go and releases.go).
 type invoice struct {
-	ID         string  `json:"id"`
-	Customer   *string `json:"customer"`
-	Currency   string  `json:"currency"`
-	AmountDue  int64   `json:"amount_due"`
-	AmountPaid int64   `json:"amount_paid"`
-	// The payment, on API versions before 2025-03-31.basil: a charge id or
-	// an expanded Charge.
-	Charge any `json:"charge"`
+	ID         Str `json:"id"`
+	Customer   ID  `json:"customer"`
+	Currency   Str `json:"currency"`
+	AmountDue  Int `json:"amount_due"`
+	AmountPaid Int `json:"amount_paid"`
+	// The payment, up to acacia: a charge id or an expanded Charge.
+	Charge ID `json:"charge"`
 	// The payments, from 2025-03-31.basil on, when the payload includes
-	// them: each names a charge or a PaymentIntent.
+	// them (stripe-mock v0.203.0's invoice, 2026-08-26.dahlia, does not).
 	Payments *struct {
 		Data []invoicePayment `json:"data"`
 	} `json:"payments"`
-
-	created int64 // the event's created: when Stripe took this snapshot
 }
 
-// invoicePayment is the part of a Stripe InvoicePayment the handlers read.
+func (inv *invoice) contract(c *checker) {
+	c.want("id", inv.ID.Kind, String)
+	c.nonEmpty("id", inv.ID.Kind, inv.ID.V)
+	c.want("customer", inv.Customer.Kind, Ref|Null)
+	c.want("currency", inv.Currency.Kind, String)
+	c.want("amount_due", inv.AmountDue.Kind, Integer)
+	c.want("amount_paid", inv.AmountPaid.Kind, Integer)
+	c.want("charge", inv.Charge.Kind, Ref|Null|Absent) // removed in basil
+	if inv.Payments != nil {
+		for i := range inv.Payments.Data {
+			c.in(fmt.Sprintf("payments.data[%d]", i), inv.Payments.Data[i].inList)
+		}
+	}
+}
+
+// invoicePayment is the part of a Stripe InvoicePayment the handlers read
+// (2025-03-31.basil and later): the invoice_payment.paid event's object, and
+// an element of invoice.payments.
 type invoicePayment struct {
-	Invoice any `json:"invoice"` // an id or an expanded Invoice
-	Payment struct {
-		Charge        any `json:"charge"`
-		PaymentIntent any `json:"payment_intent"`
-	} `json:"payment"`
+	Invoice ID                `json:"invoice"` // an id or an expanded Invoice
+	Payment associatedPayment `json:"payment"`
 }
 
-func parseInvoice(ev Event) (invoice, error) {
-	var env struct {
-		Created int64 `json:"created"`
-		Data    struct {
-			Object invoice `json:"object"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(ev.Payload, &env); err != nil {
-		return invoice{}, fmt.Errorf("%w: %v", ErrBadPayload, err)
-	}
-	inv := env.Data.Object
-	if inv.ID == "" {
-		return invoice{}, fmt.Errorf("%w: data.object.id", ErrBadPayload)
-	}
-	inv.created = env.Created
-	return inv, nil
+// associatedPayment is InvoicePayment.payment: what paid the invoice.
+type associatedPayment struct {
+	// Type is charge or payment_intent (basil), or payment_record
+	// (2025-10-29.clover and later: money paid outside Stripe).
+	Type          Str `json:"type"`
+	Charge        ID  `json:"charge"`
+	PaymentIntent ID  `json:"payment_intent"`
+	PaymentRecord ID  `json:"payment_record"`
 }
 
-func (inv invoice) customer() string {
-	if inv.Customer == nil {
-		return ""
-	}
-	return *inv.Customer
+// The types of InvoicePayment.payment (stripe-go 83.1.1: "Add support for
+// value payment_record to enum InvoicePaymentPayment.Type").
+const (
+	paymentCharge        = "charge"
+	paymentPaymentIntent = "payment_intent"
+	paymentRecord        = "payment_record"
+)
+
+// contract: the invoice_payment.paid event's object.
+func (p *invoicePayment) contract(c *checker) {
+	c.want("invoice", p.Invoice.Kind, Ref)
+	c.nonEmpty("invoice", p.Invoice.Kind, p.Invoice.V)
+	c.in("payment", p.Payment.contract)
 }
+
+// inList: an element of invoice.payments (its invoice is the one listing it).
+func (p *invoicePayment) inList(c *checker) { c.in("payment", p.Payment.contract) }
+
+func (pay *associatedPayment) contract(c *checker) {
+	c.want("type", pay.Type.Kind, String)
+	c.oneOf("type", pay.Type, paymentCharge, paymentPaymentIntent, paymentRecord)
+	// Each is present only for its type; a PaymentIntent is named only for
+	// invoices finalized since 2019-03-15 (stripe-go v82,
+	// InvoicePaymentPayment.PaymentIntent).
+	c.want("charge", pay.Charge.Kind, Ref|Null|Absent)
+	c.want("payment_intent", pay.PaymentIntent.Kind, Ref|Null|Absent)
+	c.want("payment_record", pay.PaymentRecord.Kind, Ref|Null|Absent)
+}
+
+// stripePayments are the Stripe payments (charge, PaymentIntent) this
+// invoice payment names. A payment record is money paid outside Stripe: no
+// Stripe charge to link, refund or book.
+func (pay associatedPayment) stripePayments() []string {
+	if pay.Type.V == paymentRecord {
+		return nil
+	}
+	return []string{pay.Charge.V, pay.PaymentIntent.V}
+}
+
+func (inv invoice) customer() string { return inv.Customer.V }
 
 // payments returns the charges and PaymentIntents the invoice names, sorted.
 func (inv invoice) payments() []string {
-	ids := []string{idOf(inv.Charge)}
+	ids := []string{inv.Charge.V}
 	if inv.Payments != nil {
 		for _, p := range inv.Payments.Data {
-			ids = append(ids, idOf(p.Payment.Charge), idOf(p.Payment.PaymentIntent))
+			ids = append(ids, p.Payment.stripePayments()...)
 		}
 	}
 	return paymentIDs(ids...)
@@ -82,12 +120,12 @@ var (
 	fromForUncollectible = []string{"draft", "open"}
 )
 
-func transition(ctx context.Context, tx DB, ev Event, inv invoice, target string, from []string) error {
-	if _, err := tx.Exec(ctx, upsertInvoice, inv.ID, inv.customer(), target, nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, from,
-		inv.created, statusRank[target], ev.ID); err != nil {
-		return fmt.Errorf("moving invoice %s to %s: %w", inv.ID, target, err)
+func transition(ctx context.Context, tx DB, ev Event, inv invoice, m Meta, target string, from []string) error {
+	if _, err := tx.Exec(ctx, upsertInvoice, inv.ID.V, inv.customer(), target, nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, from,
+		m.Created, statusRank[target], ev.ID); err != nil {
+		return fmt.Errorf("moving invoice %s to %s: %w", inv.ID.V, target, err)
 	}
-	return link(ctx, tx, ev, inv.ID, inv.payments())
+	return link(ctx, tx, ev, inv.ID.V, inv.payments())
 }
 
 // link records that payments paid invoiceID (and ev is the event that
@@ -116,39 +154,23 @@ func attributeRefundsTo(ctx context.Context, tx DB, ev Event, invoiceID string, 
 
 // invoice.created: create the invoice as a draft if absent; never changes an
 // existing one (a late invoice.created must not roll back a paid invoice).
-func invoiceCreated(ctx context.Context, tx DB, ev Event) (Result, error) {
-	inv, err := parseInvoice(ev)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "draft", nil)
+func invoiceCreated(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, m, "draft", nil)
 }
 
 // invoice.finalized: draft -> open, or create it open.
-func invoiceFinalized(ctx context.Context, tx DB, ev Event) (Result, error) {
-	inv, err := parseInvoice(ev)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "open", fromForOpen)
+func invoiceFinalized(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, m, "open", fromForOpen)
 }
 
 // invoice.voided: to void unless already paid (never un-pay).
-func invoiceVoided(ctx context.Context, tx DB, ev Event) (Result, error) {
-	inv, err := parseInvoice(ev)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "void", fromForVoid)
+func invoiceVoided(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, m, "void", fromForVoid)
 }
 
 // invoice.marked_uncollectible: open -> uncollectible; never from paid or void.
-func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event) (Result, error) {
-	inv, err := parseInvoice(ev)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, "uncollectible", fromForUncollectible)
+func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
+	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, m, "uncollectible", fromForUncollectible)
 }
 
 // invoice.paid: move to paid unless void, then book the payment once per
@@ -161,26 +183,22 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event) (Result, e
 // on a void invoice takes a second one to record the anomaly, and a link to
 // a payment whose refunds were booked before it was known takes a second
 // one to move them to the invoice.
-func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
-	inv, err := parseInvoice(ev)
-	if err != nil {
-		return Result{}, err
-	}
+func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
 	payload, _ := json.Marshal(map[string]any{
-		"invoice_id": inv.ID, "customer_id": inv.customer(), "amount": inv.AmountPaid, "currency": inv.Currency, "event_id": ev.ID,
+		"invoice_id": inv.ID.V, "customer_id": inv.customer(), "amount": inv.AmountPaid.V, "currency": inv.Currency.V, "event_id": ev.ID,
 	})
 	var (
 		now, seen *string
 		move      bool
 	)
 	payments := inv.payments()
-	err = tx.QueryRow(ctx, payInvoice, inv.ID, inv.customer(), "paid", nullIfEmpty(inv.Currency), inv.AmountDue, inv.AmountPaid, fromForPaid,
-		inv.created, statusRank["paid"], ev.ID, "InvoicePaymentBooked", string(payload), payments).Scan(&now, &seen, &move)
+	err := tx.QueryRow(ctx, payInvoice, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForPaid,
+		m.Created, statusRank["paid"], ev.ID, "InvoicePaymentBooked", string(payload), payments).Scan(&now, &seen, &move)
 	if err != nil {
-		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID, err)
+		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)
 	}
 	if move {
-		if err := attributeRefundsTo(ctx, tx, ev, inv.ID, payments); err != nil {
+		if err := attributeRefundsTo(ctx, tx, ev, inv.ID.V, payments); err != nil {
 			return Result{}, err
 		}
 	}
@@ -191,8 +209,8 @@ func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 	case seen != nil && (*seen == "paid" || *seen == "void"):
 		status = *seen // final: the latest version has it too
 	default:
-		if err := tx.QueryRow(ctx, invoiceStatus, inv.ID).Scan(&status); err != nil {
-			return Result{}, fmt.Errorf("reading the status of invoice %s: %w", inv.ID, err)
+		if err := tx.QueryRow(ctx, invoiceStatus, inv.ID.V).Scan(&status); err != nil {
+			return Result{}, fmt.Errorf("reading the status of invoice %s: %w", inv.ID.V, err)
 		}
 	}
 	if status == "paid" {
@@ -201,9 +219,9 @@ func invoicePaid(ctx context.Context, tx DB, ev Event) (Result, error) {
 		// it in the same transaction.
 		return Result{Outcome: Applied}, nil
 	}
-	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid, "currency": inv.Currency})
-	if _, err := tx.Exec(ctx, raiseAnomaly, "payment_on_"+status+"_invoice", inv.ID, ev.Endpoint, ev.ID, string(detail)); err != nil {
-		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID, err)
+	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid.V, "currency": inv.Currency.V})
+	if _, err := tx.Exec(ctx, raiseAnomaly, "payment_on_"+status+"_invoice", inv.ID.V, ev.Endpoint, ev.ID, string(detail)); err != nil {
+		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID.V, err)
 	}
 	return Result{Outcome: Applied, Anomaly: true}, nil
 }

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,42 +42,56 @@ import (
 // to its invoice, whatever order the events come in. Once known, the
 // invoice never changes.
 
-// refund is the part of a Stripe Refund the handlers read.
+// refund is the part of a Stripe Refund the handlers read; contract says
+// how (see contract.go).
 type refund struct {
-	ID            string `json:"id"`
-	Amount        int64  `json:"amount"`
-	Currency      string `json:"currency"`
-	Charge        any    `json:"charge"`         // an id, or an expanded Charge
-	PaymentIntent any    `json:"payment_intent"` // an id, an expanded PaymentIntent, or null
-	Status        string `json:"status"`
+	ID            Str `json:"id"`
+	Amount        Int `json:"amount"`
+	Currency      Str `json:"currency"`
+	Charge        ID  `json:"charge"`         // an id, an expanded Charge, or null
+	PaymentIntent ID  `json:"payment_intent"` // an id, an expanded PaymentIntent, or null
+	Status        Str `json:"status"`
 }
 
 // refundStatuses are the statuses Stripe documents for a refund.
 var refundStatuses = []string{"pending", "requires_action", "succeeded", "failed", "canceled"}
 
+func (r *refund) contract(c *checker) {
+	c.want("id", r.ID.Kind, String)
+	c.nonEmpty("id", r.ID.Kind, r.ID.V)
+	c.want("amount", r.Amount.Kind, Integer)
+	c.positive("amount", r.Amount)
+	c.want("currency", r.Currency.Kind, String)
+	c.want("charge", r.Charge.Kind, Ref|Null|Absent)
+	c.want("payment_intent", r.PaymentIntent.Kind, Ref|Null|Absent)
+	c.want("status", r.Status.Kind, String)
+	c.oneOf("status", r.Status, refundStatuses...)
+}
+
 // charge is the part of a Stripe Charge the handlers read.
 type charge struct {
-	ID            string `json:"id"`
-	Invoice       any    `json:"invoice"` // an id, an expanded Invoice, or absent (2025-03-31.basil and later)
-	PaymentIntent any    `json:"payment_intent"`
-	Currency      string `json:"currency"`
-	Refunds       *struct {
+	ID            Str `json:"id"`
+	Invoice       ID  `json:"invoice"` // an id, an expanded Invoice, null, or absent (2025-03-31.basil and later)
+	PaymentIntent ID  `json:"payment_intent"`
+	Currency      Str `json:"currency"`
+	// The refunds, when the payload includes them (since 2022-11-15 only
+	// when expanded).
+	Refunds *struct {
 		Data []refund `json:"data"`
 	} `json:"refunds"`
 }
 
-// idOf returns the id of a field that is either an id string or an expanded
-// object with an id.
-func idOf(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case map[string]any:
-		if id, ok := x["id"].(string); ok {
-			return id
+func (ch *charge) contract(c *checker) {
+	c.want("id", ch.ID.Kind, String)
+	c.nonEmpty("id", ch.ID.Kind, ch.ID.V)
+	c.want("invoice", ch.Invoice.Kind, Ref|Null|Absent) // removed in basil
+	c.want("payment_intent", ch.PaymentIntent.Kind, Ref|Null|Absent)
+	c.want("currency", ch.Currency.Kind, String)
+	if ch.Refunds != nil {
+		for i := range ch.Refunds.Data {
+			c.in(fmt.Sprintf("refunds.data[%d]", i), ch.Refunds.Data[i].contract)
 		}
 	}
-	return ""
 }
 
 // paymentIDs returns the non-empty ids, sorted and without duplicates.
@@ -96,45 +109,25 @@ func paymentIDs(ids ...string) []string {
 // expanded. Such an event books nothing here; subscribe the endpoint to
 // refund.created, refund.updated and refund.failed as well, which carry each
 // refund (see README).
-func chargeRefunded(ctx context.Context, tx DB, ev Event) (Result, error) {
-	var env struct {
-		Data struct {
-			Object charge `json:"object"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(ev.Payload, &env); err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrBadPayload, err)
-	}
-	ch := env.Data.Object
-	if ch.ID == "" {
-		return Result{}, fmt.Errorf("%w: data.object.id", ErrBadPayload)
-	}
+func chargeRefunded(ctx context.Context, tx DB, ev Event, ch charge, _ Meta) (Result, error) {
 	var refunds []refund
 	if ch.Refunds != nil {
 		// In id order, so that two events listing the same refunds lock them
 		// in the same order.
-		refunds = slices.SortedFunc(slices.Values(ch.Refunds.Data), func(a, b refund) int { return strings.Compare(a.ID, b.ID) })
-	}
-	for _, r := range refunds {
-		if err := r.check(); err != nil {
-			return Result{}, fmt.Errorf("%w (in charge %s)", err, ch.ID)
-		}
+		refunds = slices.SortedFunc(slices.Values(ch.Refunds.Data), func(a, b refund) int { return strings.Compare(a.ID.V, b.ID.V) })
 	}
 	// The link first: applyRefund takes the link rows before the refund's.
-	if inv := idOf(ch.Invoice); inv != "" {
-		if err := link(ctx, tx, ev, inv, paymentIDs(ch.ID, idOf(ch.PaymentIntent))); err != nil {
+	if ch.Invoice.V != "" {
+		if err := link(ctx, tx, ev, ch.Invoice.V, paymentIDs(ch.ID.V, ch.PaymentIntent.V)); err != nil {
 			return Result{}, err
 		}
 	}
 	for _, r := range refunds {
-		if idOf(r.Charge) == "" {
-			r.Charge = ch.ID
+		if r.Charge.V == "" {
+			r.Charge.V = ch.ID.V
 		}
-		if idOf(r.PaymentIntent) == "" {
-			r.PaymentIntent = ch.PaymentIntent
-		}
-		if r.Currency == "" {
-			r.Currency = ch.Currency
+		if r.PaymentIntent.V == "" {
+			r.PaymentIntent.V = ch.PaymentIntent.V
 		}
 		if err := applyRefundTo(ctx, tx, ev, r); err != nil {
 			return Result{}, err
@@ -145,62 +138,26 @@ func chargeRefunded(ctx context.Context, tx DB, ev Event) (Result, error) {
 
 // refund.created, refund.updated, refund.failed and charge.refund.updated:
 // apply the refund (see applyRefundTo).
-func refundChanged(ctx context.Context, tx DB, ev Event) (Result, error) {
-	var env struct {
-		Data struct {
-			Object refund `json:"object"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(ev.Payload, &env); err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrBadPayload, err)
-	}
-	r := env.Data.Object
-	if err := r.check(); err != nil {
-		return Result{}, err
-	}
+func refundChanged(ctx context.Context, tx DB, ev Event, r refund, _ Meta) (Result, error) {
 	return Result{Outcome: Applied}, applyRefundTo(ctx, tx, ev, r)
-}
-
-func (r refund) check() error {
-	if r.ID == "" {
-		return fmt.Errorf("%w: a refund without id", ErrBadPayload)
-	}
-	if !slices.Contains(refundStatuses, r.Status) {
-		return fmt.Errorf("%w: refund %s has status %q, not one of %s", ErrBadPayload, r.ID, r.Status, strings.Join(refundStatuses, ", "))
-	}
-	if r.Amount <= 0 {
-		return fmt.Errorf("%w: refund %s has amount %d", ErrBadPayload, r.ID, r.Amount)
-	}
-	return nil
 }
 
 // applyRefundTo merges this observation of r into its row and books what the
 // row calls for, in one statement (applyRefund).
 func applyRefundTo(ctx context.Context, tx DB, ev Event, r refund) error {
-	ch, pi := idOf(r.Charge), idOf(r.PaymentIntent)
-	if _, err := tx.Exec(ctx, applyRefund, r.ID, nullIfEmpty(ch), nullIfEmpty(pi), r.Amount, nullIfEmpty(r.Currency), r.Status, ev.ID,
+	ch, pi := r.Charge.V, r.PaymentIntent.V
+	if _, err := tx.Exec(ctx, applyRefund, r.ID.V, nullIfEmpty(ch), nullIfEmpty(pi), r.Amount.V, nullIfEmpty(r.Currency.V), r.Status.V, ev.ID,
 		paymentIDs(ch, pi)); err != nil {
-		return fmt.Errorf("applying refund %s (%s): %w", r.ID, r.Status, err)
+		return fmt.Errorf("applying refund %s (%s): %w", r.ID.V, r.Status.V, err)
 	}
 	return nil
 }
 
 // invoice_payment.paid (2025-03-31.basil and later): record which charge or
 // PaymentIntent paid the invoice. The payment itself is booked by
-// invoice.paid.
-func invoicePaymentPaid(ctx context.Context, tx DB, ev Event) (Result, error) {
-	var env struct {
-		Data struct {
-			Object invoicePayment `json:"object"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(ev.Payload, &env); err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrBadPayload, err)
-	}
-	p := env.Data.Object
-	inv := idOf(p.Invoice)
-	if inv == "" {
-		return Result{}, fmt.Errorf("%w: data.object.invoice", ErrBadPayload)
-	}
-	return Result{Outcome: Applied}, link(ctx, tx, ev, inv, paymentIDs(idOf(p.Payment.Charge), idOf(p.Payment.PaymentIntent)))
+// invoice.paid. A payment of type payment_record (2025-10-29.clover and
+// later) is money paid outside Stripe: it links nothing and books nothing
+// (no Stripe charge can be refunded or disputed).
+func invoicePaymentPaid(ctx context.Context, tx DB, ev Event, p invoicePayment, _ Meta) (Result, error) {
+	return Result{Outcome: Applied}, link(ctx, tx, ev, p.Invoice.V, paymentIDs(p.Payment.stripePayments()...))
 }

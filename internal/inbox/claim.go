@@ -19,9 +19,11 @@ type Claimed struct {
 	// receipts in.
 	LockKey  string
 	Attempts int // including this one
-	// APIVersion is the event's api_version ("" when it has none): the
-	// worker counts receipts of versions its handlers were not written for.
+	// APIVersion is the event's api_version ("" when it has none), and
+	// Source who stored it: the worker counts deliveries of versions its
+	// handlers were not written for.
 	APIVersion string
+	Source     Source
 }
 
 // ClaimParams bound a claim.
@@ -47,7 +49,7 @@ func Claim(ctx context.Context, db BatchDB, p ClaimParams) ([]Claimed, error) {
 	err := queryWithin(ctx, db, p.StatementTimeout, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 			var c Claimed
-			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts, &c.APIVersion, &c.LockKey)
+			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts, &c.APIVersion, &c.Source, &c.LockKey)
 			return c, err
 		})
 		return err

@@ -98,7 +98,7 @@ UPDATE webhook_inbox AS w
                            ELSE coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond' END
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
-RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, coalesce(w.api_version, ''),
+RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, coalesce(w.api_version, ''), w.source,
           ` + lockKey + ``
 
 // lockKey is the order a batch applies its receipts in (Claimed.LockKey):

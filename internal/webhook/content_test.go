@@ -39,7 +39,7 @@ var contentCases = []struct {
 	{"low then high surrogate", invoicePaidWithText("evt_lohi", "in_lohi", `\udc00\ud800`)},
 	{"high surrogate at the end of a string", invoicePaidWithText("evt_hiend", "in_hiend", `x\ud800`)},
 	{"bytes that are not UTF-8", invoicePaidWithText("evt_utf8", "in_utf8", "caf\xe9")},
-	{"number beyond numeric's range", []byte(`{"id":"evt_num","object":"event","type":"invoice.paid","livemode":false,"x":1e-20000,` +
+	{"number beyond numeric's range", []byte(`{"id":"evt_num","object":"event","type":"invoice.paid","created":1764633600,"livemode":false,"x":1e-20000,` +
 		`"data":{"object":{"id":"in_num","object":"invoice","customer":"cus_1","status":"paid","currency":"usd","amount_due":1000,"amount_paid":1000}}}`)},
 }
 

@@ -62,10 +62,10 @@ func TestRefundsAreBookedOnlyWhenSucceeded(t *testing.T) {
 
 	// A refund without a known status is refused, not booked.
 	b3 := setup(t)
-	b3.receive(t, stripetest.Event("evt_1", "refund.created", map[string]any{"id": "re_x", "object": "refund", "amount": 5, "charge": "ch_x"}))
+	b3.receive(t, stripetest.Event("evt_1", "refund.created", map[string]any{"id": "re_x", "object": "refund", "amount": 5, "currency": "usd", "charge": "ch_x"}))
 	s := b3.run(t, b3.newWorker(t, nil, worker.Config{Concurrency: 1}))
 	require.Equal(t, 1, s.Failed)
-	require.Equal(t, 1, b3.db.Count(t, "webhook_inbox", `last_error LIKE 'bad_payload:%refund re_x has status ""%'`))
+	require.Equal(t, 1, b3.db.Count(t, "webhook_inbox", `last_error LIKE 'bad_payload: event evt_1 (refund.created, api_version 2025-03-31.basil): data.object.status is missing;%'`))
 	require.Empty(t, b3.ledger(t))
 }
 

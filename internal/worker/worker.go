@@ -321,7 +321,7 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 		metrics.Metric{Name: "PollErrors", Value: float64(s.PollErrors), Unit: metrics.Count},
 		metrics.Metric{Name: "Deadlocks", Value: float64(s.Deadlocks), Unit: metrics.Count},
 	)...)
-	if err == nil && w.cfg.APIVersion != "" {
+	if err == nil && (w.cfg.APIVersion != "" || s.UnexpectedAPIVersion > 0) {
 		err = w.metrics.Emit(nil, metrics.Metric{Name: "UnexpectedApiVersion", Value: float64(s.UnexpectedAPIVersion), Unit: metrics.Count})
 	}
 	if err != nil {
