@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/stripe-inbox/inbox/internal/metrics"
 )
 
 // Backlog is the outbox's unpublished rows.
@@ -178,59 +176,4 @@ func ParkExhausted(ctx context.Context, db DB, maxAttempts int, now *time.Time) 
 		return 0, fmt.Errorf("parking outbox rows: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// Relay runs the relay for the worker (worker.Relay): Run, and with final
-// (the end of an invocation) also park exhausted rows, read the backlog and
-// write the metrics of everything since the last final call. It returns
-// the rows published.
-func (r *Relay) Relay(ctx context.Context, final bool) (int, error) {
-	s, err := r.Run(ctx)
-	r.mu.Lock()
-	r.totals.add(s)
-	r.mu.Unlock()
-	if s.Published+s.Failed+s.Throttled+s.Fenced+s.CallFails > 0 {
-		r.logger.InfoContext(ctx, "outbox relay", "summary", s)
-	}
-	if final {
-		if rerr := r.report(ctx); rerr != nil && err == nil {
-			err = rerr
-		}
-	}
-	return s.Published, err
-}
-
-// report parks exhausted rows, reads the backlog and writes the metrics.
-func (r *Relay) report(ctx context.Context) error {
-	r.mu.Lock()
-	t := r.totals
-	r.totals = Summary{}
-	r.mu.Unlock()
-	dctx, cancel := r.dbCtx(ctx)
-	defer cancel()
-	if n, err := ParkExhausted(dctx, r.pool, r.cfg.MaxAttempts, r.Now()); err != nil {
-		r.logger.ErrorContext(ctx, "outbox: parking rows", "error", err)
-	} else if n > 0 {
-		r.logger.ErrorContext(ctx, "outbox: rows used up their attempts and wait for review", "count", n)
-	}
-	ms := []metrics.Metric{
-		{Name: "OutboxPublished", Value: float64(t.Published), Unit: metrics.Count},
-		{Name: "OutboxFailed", Value: float64(t.Failed), Unit: metrics.Count},
-		{Name: "OutboxThrottled", Value: float64(t.Throttled), Unit: metrics.Count},
-		{Name: "OutboxCallFailed", Value: float64(t.CallFails), Unit: metrics.Count},
-		{Name: "OutboxFenced", Value: float64(t.Fenced), Unit: metrics.Count},
-	}
-	b, err := ReadBacklog(dctx, r.pool, r.cfg.MaxAttempts, r.Now())
-	if err == nil {
-		// Gauges only when read: a missing gauge alarms (missing data is
-		// breaching), a made-up zero would not.
-		ms = append(ms,
-			metrics.Metric{Name: "OutboxBacklogCount", Value: float64(b.Count), Unit: metrics.Count},
-			metrics.Metric{Name: "OutboxOldestAgeSeconds", Value: b.OldestAgeSeconds, Unit: metrics.Seconds},
-			metrics.Metric{Name: "OutboxNeedsReviewCount", Value: float64(b.NeedsReview), Unit: metrics.Count})
-	}
-	if merr := r.metrics.Emit(nil, ms...); merr != nil {
-		r.logger.ErrorContext(ctx, "writing metrics", "error", merr)
-	}
-	return err
 }
