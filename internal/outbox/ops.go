@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -176,4 +177,33 @@ func ParkExhausted(ctx context.Context, db DB, maxAttempts int, now *time.Time) 
 		return 0, fmt.Errorf("parking outbox rows: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// Queued is an outbox row as the operators' show lists it: a notification
+// a receipt's handler queued.
+type Queued struct {
+	ID            int64           `json:"id"`
+	AggregateType string          `json:"aggregate_type"`
+	AggregateID   string          `json:"aggregate_id"`
+	EventType     string          `json:"event_type"`
+	Payload       json.RawMessage `json:"payload"`
+	CreatedAt     time.Time       `json:"created_at"`
+	PublishedAt   *time.Time      `json:"published_at,omitempty"`
+}
+
+// QueuedBy returns the rows the handlers queued for the event eventID (its
+// id is in each payload, as event_id), in the order they were queued.
+func QueuedBy(ctx context.Context, db DB, eventID string) ([]Queued, error) {
+	rows, err := db.Query(ctx, queuedBy, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the outbox rows of %s: %w", eventID, err)
+	}
+	qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Queued, error) {
+		var q Queued
+		return q, r.Scan(&q.ID, &q.AggregateType, &q.AggregateID, &q.EventType, &q.Payload, &q.CreatedAt, &q.PublishedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the outbox rows of %s: %w", eventID, err)
+	}
+	return qs, nil
 }

@@ -1,4 +1,7 @@
-// Package outbox relays the outbox table to Amazon EventBridge.
+// Package outbox is the outbox table: it relays the rows to Amazon
+// EventBridge, and holds all of the table's SQL (queries.go): the INSERT the
+// handlers compose into their statements (InsertRowsSQL), the relay's, the
+// operators' (ops.go) and the purge's batch (purge.go).
 //
 // The handlers write an outbox row in the same transaction as the business
 // effect; the relay publishes each one at least once with PutEvents and then
