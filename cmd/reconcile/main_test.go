@@ -97,7 +97,9 @@ func TestStageBackfillInvokesPerSlice(t *testing.T) {
 	client, err := reconcile.NewClient(reconcile.ClientConfig{Key: fakeapi.Key, BaseURL: api.URL, Rate: 100})
 	require.NoError(t, err)
 	cfg := reconcile.Config{Endpoint: "billing", Types: config.HandlerTypes()}.WithDefaults()
-	inv := &invoker{r: reconcile.New(client, reconcile.DBSink{DB: db.Pool}, cfg, nil, nil)}
+	r, err := reconcile.New(reconcile.DBSink{DB: db.Pool}, client, cfg, nil, nil)
+	require.NoError(t, err)
+	inv := &invoker{r: r}
 	now := time.Now()
 	total, err := invokeSlices(context.Background(), inv, FunctionName("dev"), now.Add(-6*time.Hour), now, nil, 2*time.Hour, newProgress(&bytes.Buffer{}))
 	require.NoError(t, err)

@@ -74,7 +74,8 @@ func (b *bundle) reconciler(t *testing.T, cfg reconcile.Config, maxAttempts int)
 	}
 	cfg = cfg.WithDefaults()
 	require.NoError(t, cfg.Validate())
-	r := reconcile.New(b.client(t, maxAttempts), reconcile.DBSink{DB: b.db.Pool}, cfg, nil, metrics.New(b.metrics, "Test", map[string]string{"Service": "reconcile"}))
+	r, err := reconcile.New(reconcile.DBSink{DB: b.db.Pool}, b.client(t, maxAttempts), cfg, nil, metrics.New(b.metrics, "Test", map[string]string{"Service": "reconcile"}))
+	require.NoError(t, err)
 	r.Now = func() time.Time { return now }
 	return r
 }

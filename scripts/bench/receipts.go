@@ -58,7 +58,8 @@ func receiptRun(ctx context.Context, url string, c int, d time.Duration) receipt
 	warm(ctx, pool)
 	keyring, err := secrets.NewKeyring(ctx, map[string]string{"billing": secret}, secrets.Literal, secrets.Options{})
 	check(err)
-	h := webhook.New(keyring, pool, quiet, nil, webhook.Config{})
+	h, err := webhook.New(pool, keyring, webhook.Config{}, quiet, nil)
+	check(err)
 	var n atomic.Int64
 	lat := make([][]time.Duration, c)
 	var failed atomic.Int64
