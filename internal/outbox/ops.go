@@ -17,7 +17,7 @@ type Backlog struct {
 	// OldestAgeSeconds is the age of the oldest of them (0 when none).
 	OldestAgeSeconds float64 `json:"outbox_oldest_age_seconds"`
 	// NeedsReview is the rows that used up their attempts and wait for a
-	// human (ListWaiting, Retry).
+	// human (inboxctl outbox and outbox-retry: List, RetryRows).
 	NeedsReview int `json:"outbox_needs_review"`
 }
 
@@ -41,36 +41,12 @@ type Waiting struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// ListWaiting returns up to limit rows that used up maxAttempts, oldest
-// first.
-func ListWaiting(ctx context.Context, db DB, maxAttempts, limit int) ([]Waiting, error) {
-	rows, err := db.Query(ctx, listWaiting, maxAttempts, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing outbox rows waiting for review: %w", err)
-	}
-	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Waiting, error) {
-		var w Waiting
-		err := r.Scan(&w.ID, &w.AggregateType, &w.AggregateID, &w.EventType, &w.Attempts, &w.LastError, &w.CreatedAt)
-		return w, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing outbox rows waiting for review: %w", err)
-	}
-	return ws, nil
-}
-
-// Retry gives rows waiting for a human (the ids given, or all of them when
-// ids is nil) a fresh count of attempts, due at once, and returns how many
-// it reset. Run it after fixing the cause (last_error).
-func Retry(ctx context.Context, db DB, maxAttempts int, ids []int64) (int, error) {
-	got, err := RetryRows(ctx, db, maxAttempts, ids, false)
-	return len(got), err
-}
-
-// RetryRows is Retry returning the ids it reset, in order; with dryRun it
-// returns the ids it would reset and changes nothing. One statement: rows
-// published or held by a relay (a lease that has not ended) are never
-// touched, whatever ids says.
+// RetryRows gives rows waiting for a human (the ids given, or all of them
+// when ids is nil) a fresh count of attempts, due at once, and returns the
+// ids it reset, in order; with dryRun it returns the ids it would reset and
+// changes nothing. Run it after fixing the cause (last_error). One
+// statement: rows published or held by a relay (a lease that has not
+// ended) are never touched, whatever ids says.
 func RetryRows(ctx context.Context, db DB, maxAttempts int, ids []int64, dryRun bool) ([]int64, error) {
 	q := retryWaiting
 	if dryRun {

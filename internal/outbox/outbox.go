@@ -21,7 +21,7 @@
 // PutEvents takes at most 10 entries and 256 KB per call (see entry.go), and
 // answers per entry: an entry that failed (FailedEntryCount, ErrorCode) is
 // retried alone, after a backoff, and counts an attempt; at MaxAttempts it
-// waits for a human (available_at 'infinity'; ListWaiting and Retry). A
+// waits for a human (available_at 'infinity'; List and RetryRows). A
 // throttled entry or call, or a call that fails as a whole (5xx, network,
 // missing bus or permission: nothing about the rows), gives its rows back
 // with the attempt uncounted and pauses the relay with a growing backoff, so

@@ -96,15 +96,6 @@ SELECT count(*) FILTER (WHERE attempts < $1),
   FROM outbox
  WHERE published_at IS NULL`
 
-// listWaiting: $1 max attempts, $2 limit. The rows waiting for a human,
-// oldest first.
-const listWaiting = `
-SELECT id, aggregate_type, aggregate_id, event_type, attempts, coalesce(last_error, ''), created_at
-  FROM outbox
- WHERE published_at IS NULL AND attempts >= $1
- ORDER BY created_at, id
- LIMIT $2`
-
 // retryWaiting: $1 max attempts, $2 ids (NULL: all of them). Gives rows
 // waiting for a human a fresh count of attempts, due now, and returns their
 // ids. Never a published row, nor one a relay holds (its lease has not
