@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/config/configtest"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
@@ -42,7 +43,7 @@ func TestLocalBackfillIsIdempotent(t *testing.T) {
 		}
 	}
 	api.Add(recent("evt_voided", "invoice.voided", 30*time.Minute))
-	env := config.MapEnv(map[string]string{"STRIPE_API_KEY": fakeapi.Key, "STRIPE_API_BASE": api.URL, "DATABASE_URL": db.URL, "RECONCILE_RATE": "100"})
+	env := configtest.MapEnv(map[string]string{"STRIPE_API_KEY": fakeapi.Key, "STRIPE_API_BASE": api.URL, "DATABASE_URL": db.URL, "RECONCILE_RATE": "100"})
 
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"--since", "3h", "--types", "invoice.paid"}, env, &out, &errOut))
