@@ -27,7 +27,7 @@ import (
 // The refund stories are what once made concurrent batched drainers
 // deadlock again and again (2026-12-03: 122 deadlocks in 70 s, a 600-receipt
 // drain at 4 drainers not done in 8 minutes); see splitUnplaced in
-// internal/worker/batch.go.
+// internal/worker/apply.go.
 func backlog(n int) []stripeevent.Event {
 	g := stripetest.NewGenerator(rand.New(rand.NewPCG(1, 2)), stripetest.Options{Prefix: "b", TwinRate: 0.1})
 	var evs []stripeevent.Event
