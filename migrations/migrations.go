@@ -4,6 +4,12 @@
 //
 // Files are named NNNN_description.sql and applied in lexical order, each in
 // its own transaction. Never edit a file that has shipped: add a new one.
+//
+// The numbers have gaps: 0006, 0008 and 0009 never existed (no file with
+// those numbers was ever committed, so no database has applied one; nothing
+// is missing). The runner records each applied file by its version
+// (schema_migrations) and needs no sequence, so a gap is harmless. Do not
+// fill one: a new migration takes a number above the highest.
 package migrations
 
 import "embed"

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/config/configtest"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/reconcile/fakeapi"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
@@ -42,7 +43,7 @@ func TestHalfDeliveredHalfReconciledAppliesOnce(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	cfg, err := config.LoadLocal(config.MapEnv(map[string]string{
+	cfg, err := config.LoadLocal(configtest.MapEnv(map[string]string{
 		"DATABASE_URL": db.URL, "LISTEN_ADDR": addr, "STRIPE_WEBHOOK_SECRET": "whsec_test",
 		"LOCAL_COMPONENTS": "webhook,worker,reconcile", "WORKER_INTERVAL": "100ms", "POLL_INTERVAL": "0",
 		"STRIPE_API_KEY": fakeapi.Key, "STRIPE_API_BASE": api.URL, "RECONCILE_INTERVAL": "1s", "RECONCILE_RATE": "100",

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/config/configtest"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
@@ -42,7 +43,7 @@ func TestLocalBackfillIsIdempotent(t *testing.T) {
 		}
 	}
 	api.Add(recent("evt_voided", "invoice.voided", 30*time.Minute))
-	env := config.MapEnv(map[string]string{"STRIPE_API_KEY": fakeapi.Key, "STRIPE_API_BASE": api.URL, "DATABASE_URL": db.URL, "RECONCILE_RATE": "100"})
+	env := configtest.MapEnv(map[string]string{"STRIPE_API_KEY": fakeapi.Key, "STRIPE_API_BASE": api.URL, "DATABASE_URL": db.URL, "RECONCILE_RATE": "100"})
 
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"--since", "3h", "--types", "invoice.paid"}, env, &out, &errOut))
@@ -97,7 +98,9 @@ func TestStageBackfillInvokesPerSlice(t *testing.T) {
 	client, err := reconcile.NewClient(reconcile.ClientConfig{Key: fakeapi.Key, BaseURL: api.URL, Rate: 100})
 	require.NoError(t, err)
 	cfg := reconcile.Config{Endpoint: "billing", Types: config.HandlerTypes()}.WithDefaults()
-	inv := &invoker{r: reconcile.New(client, reconcile.DBSink{DB: db.Pool}, cfg, nil, nil)}
+	r, err := reconcile.New(reconcile.DBSink{DB: db.Pool}, client, cfg, nil, nil)
+	require.NoError(t, err)
+	inv := &invoker{r: r}
 	now := time.Now()
 	total, err := invokeSlices(context.Background(), inv, FunctionName("dev"), now.Add(-6*time.Hour), now, nil, 2*time.Hour, newProgress(&bytes.Buffer{}))
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/config/configtest"
 )
 
 // resolvedEnv turns a function's synthesized environment into what Lambda
@@ -34,7 +35,7 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 			}
 		}
 	}
-	return config.MapEnv(m)
+	return configtest.MapEnv(m)
 }
 
 // TestFunctionEnvironmentsPassConfigValidation feeds each function's

@@ -25,7 +25,7 @@ type Summary struct {
 // serves.
 type Deployer struct {
 	// Connect opens a dedicated connection as the master user
-	// (functions/migrate: database.Connect).
+	// (bootstrap.NewDeployer: database.Connect).
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Passwords returns the login roles' passwords.
 	Passwords func(ctx context.Context) (Passwords, error)

@@ -104,7 +104,11 @@ func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out 
 	if err != nil {
 		return nil, err
 	}
-	h := webhook.New(keyring, pool, logger, em, c.Handler)
+	h, err := webhook.New(pool, keyring, c.Handler, logger, em)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return &Webhook{Handler: h, Pool: pool, Keyring: keyring}, nil
 }
 

@@ -74,7 +74,12 @@ func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger,
 		sink = reconcile.DBSink{DB: r.Pool}
 	}
 	em := metrics.New(out, c.MetricsNamespace, c.MetricsDimensions)
-	r.Reconciler = reconcile.New(client, sink, c.Reconcile, logger, em)
+	if r.Reconciler, err = reconcile.New(sink, client, c.Reconcile, logger, em); err != nil {
+		if r.Pool != nil {
+			r.Pool.Close()
+		}
+		return nil, err
+	}
 	return r, nil
 }
 

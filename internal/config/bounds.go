@@ -15,10 +15,12 @@ import (
 //     with wholeNumber, duration or days. Its range is checked by that
 //     package's Validate, which the loader calls and whose message names the
 //     variable.
-//   - A setting that no package validates (the webhook's, the secrets'
-//     TTLs, the local runner's intervals, the migrate function's
-//     CONNECT_WAIT) is checked here, with its range written next to its
-//     name where the loader reads it: intIn, durationIn.
+//   - A setting that no package validates (the secrets' TTLs, the local
+//     runner's intervals, the migrate function's CONNECT_WAIT) is checked
+//     here, with its range written next to its name where the loader reads
+//     it: intIn, durationIn. So are the webhook's MAX_BODY_BYTES and
+//     STORE_TIMEOUT, whose ranges are the webhook's constants (MinBodyBytes,
+//     MinStoreTimeout, ...), which webhook.New checks again.
 //
 // A value that does not parse is reported with what to put there and the
 // default, and the default is used, so that the other settings are still

@@ -16,9 +16,6 @@ import (
 // Env looks up a variable; os.Getenv in production, a map in tests.
 type Env func(string) string
 
-// MapEnv adapts a map to Env.
-func MapEnv(m map[string]string) Env { return func(k string) string { return m[k] } }
-
 // problems collects configuration errors.
 type problems []string
 

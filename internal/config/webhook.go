@@ -77,8 +77,8 @@ func LoadWebhook(env Env) (Webhook, error) {
 	// At most 5s: with STORE_TIMEOUT's default 5s, a hanging Secrets Manager
 	// and a slow commit still answer within the function's 10s timeout.
 	w.SecretFetchTimeout = p.durationIn(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 5*time.Second)
-	w.Handler.MaxBodyBytes = p.intIn(env, "MAX_BODY_BYTES", webhook.DefaultMaxBodyBytes, 1024, webhook.FunctionURLMaxPayload)
-	w.Handler.StoreTimeout = p.durationIn(env, "STORE_TIMEOUT", webhook.DefaultStoreTimeout, 100*time.Millisecond, time.Minute)
+	w.Handler.MaxBodyBytes = p.intIn(env, "MAX_BODY_BYTES", webhook.DefaultMaxBodyBytes, webhook.MinBodyBytes, webhook.FunctionURLMaxPayload)
+	w.Handler.StoreTimeout = p.durationIn(env, "STORE_TIMEOUT", webhook.DefaultStoreTimeout, webhook.MinStoreTimeout, webhook.MaxStoreTimeout)
 	// NOTIFY=on: the receipt's INSERT also notifies resident workers
 	// (inbox.StoreAndNotify). Off by default: notifying commits run one at a
 	// time (see internal/inbox/queries.go), and polling alone meets the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stripe-inbox/inbox/internal/outbox"
 )
 
 // InvoiceState is an invoice as an operator sees it.
@@ -37,16 +38,9 @@ type LedgerEntry struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// OutboxRow is one queued notification.
-type OutboxRow struct {
-	ID            int64           `json:"id"`
-	AggregateType string          `json:"aggregate_type"`
-	AggregateID   string          `json:"aggregate_id"`
-	EventType     string          `json:"event_type"`
-	Payload       json.RawMessage `json:"payload"`
-	CreatedAt     time.Time       `json:"created_at"`
-	PublishedAt   *time.Time      `json:"published_at,omitempty"`
-}
+// OutboxRow is one queued notification (the outbox table's SQL is
+// internal/outbox's).
+type OutboxRow = outbox.Queued
 
 // Anomaly is one anomalies row.
 type Anomaly struct {
@@ -87,14 +81,8 @@ func EffectsOf(ctx context.Context, db DB, eventID, objectID string) (Effects, e
 	}); err != nil {
 		return e, fmt.Errorf("reading the ledger entries of %s: %w", eventID, err)
 	}
-	if rows, err = db.Query(ctx, opsOutboxOf, eventID); err != nil {
-		return e, fmt.Errorf("reading the outbox rows of %s: %w", eventID, err)
-	}
-	if e.Outbox, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxRow, error) {
-		var o OutboxRow
-		return o, r.Scan(&o.ID, &o.AggregateType, &o.AggregateID, &o.EventType, &o.Payload, &o.CreatedAt, &o.PublishedAt)
-	}); err != nil {
-		return e, fmt.Errorf("reading the outbox rows of %s: %w", eventID, err)
+	if e.Outbox, err = outbox.QueuedBy(ctx, db, eventID); err != nil {
+		return e, err
 	}
 	if rows, err = db.Query(ctx, opsAnomaliesOf, eventID); err != nil {
 		return e, fmt.Errorf("reading the anomalies of %s: %w", eventID, err)
@@ -172,11 +160,6 @@ func ResolveAnomaly(ctx context.Context, db DB, id int64, note string) (Anomaly,
 const opsLedgerOf = `
 SELECT id, invoice_id, kind, amount, coalesce(currency, ''), event_id, created_at
   FROM ledger_entries WHERE event_id = $1 ORDER BY id`
-
-// opsOutboxOf: $1 event_id (the handlers put it in each payload).
-const opsOutboxOf = `
-SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at, published_at
-  FROM outbox WHERE payload->>'event_id' = $1 ORDER BY id`
 
 const anomalyColumns = `id, kind, subject_id, endpoint, event_id, detail, created_at, resolved_at, coalesce(resolution, '')`
 

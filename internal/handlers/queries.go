@@ -3,11 +3,14 @@ package handlers
 import (
 	"fmt"
 	"strings"
+
+	"github.com/stripe-inbox/inbox/internal/outbox"
 )
 
 // The SQL of the business tables (invoices, ledger_entries, refunds,
-// payment_links, outbox, anomalies), as the handlers write them (the purge's
-// delete of published outbox rows is in internal/retention/queries.go).
+// payment_links, anomalies), as the handlers write them. Outbox rows are
+// queued with internal/outbox's INSERT (outbox.InsertRowsSQL), composed
+// into these statements.
 // Invoice status transitions follow Stripe's lifecycle:
 //
 //	draft -> open -> paid
@@ -78,7 +81,7 @@ SELECT id, 'payment', $6::bigint, $4::text, $10::text FROM paid WHERE status = '
 ON CONFLICT DO NOTHING
 RETURNING id
 ), queued AS (
-INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+` + outbox.InsertRowsSQL + `
 SELECT 'Invoice', $1, $11, $12::jsonb FROM booked
 ), linked AS (` + linkPaymentsCTE + `
 )

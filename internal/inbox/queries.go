@@ -232,7 +232,7 @@ SELECT count(*) FILTER (WHERE attempts < $1),
 // receipts that are still unprocessed, waiting for concurrent holders, and
 // returns their contents. Only this batch's claim holds them (a late worker
 // past its lease aside), so the order they are locked in does not matter;
-// the business rows are taken in lockOrder (internal/worker/batch.go).
+// the business rows are taken in lockOrder (internal/worker/apply.go).
 const lockReceipts = `
 SELECT w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.payload_raw, convert_to(w.payload::text, 'UTF8')), w.livemode, coalesce(w.account, '')
   FROM webhook_inbox AS w

@@ -19,22 +19,22 @@ import (
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 )
 
-type bundle struct {
-	fx  opstest.Fixture
+type testBundle struct {
+	fx  opstest.TestBundle
 	ops *ops.Ops
 }
 
-func setup(t *testing.T) bundle {
+func setup(t *testing.T) testBundle {
 	t.Helper()
 	fx := opstest.Seed(t, pgtest.DB(t))
 	o, err := ops.New(fx.DB.Pool, ops.Config{MaxAttempts: opstest.MaxAttempts, APIVersion: stripetest.APIVersion}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	return bundle{fx: fx, ops: o}
+	return testBundle{fx: fx, ops: o}
 }
 
 var me = ops.Caller{Actor: "alice"}
 
-func (b bundle) do(t *testing.T, r ops.Request) ops.Response {
+func (b testBundle) do(t *testing.T, r ops.Request) ops.Response {
 	t.Helper()
 	resp, err := b.ops.Do(context.Background(), r, me)
 	require.NoError(t, err)
@@ -43,7 +43,7 @@ func (b bundle) do(t *testing.T, r ops.Request) ops.Response {
 
 // mistake runs r, requires an operator mistake of kind, and that nothing
 // changed.
-func (b bundle) mistake(t *testing.T, r ops.Request, kind, says string) {
+func (b testBundle) mistake(t *testing.T, r ops.Request, kind, says string) {
 	t.Helper()
 	before := opstest.Snapshot(t, b.fx.DB)
 	_, err := b.ops.Do(context.Background(), r, me)

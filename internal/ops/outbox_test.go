@@ -21,7 +21,7 @@ func outboxIDs(p *ops.OutboxPage) []int64 {
 }
 
 // outboxRows is every outbox row as text, but for the ids given.
-func (b bundle) outboxRowsBut(t *testing.T, ids ...int64) string {
+func (b testBundle) outboxRowsBut(t *testing.T, ids ...int64) string {
 	t.Helper()
 	var s string
 	require.NoError(t, b.fx.DB.Pool.QueryRow(context.Background(),

@@ -39,7 +39,7 @@ func run(t *testing.T, env map[string]string, stdin string, args ...string) resu
 	return result{code, out.String(), errOut.String()}
 }
 
-func setup(t *testing.T) (opstest.Fixture, map[string]string) {
+func setup(t *testing.T) (opstest.TestBundle, map[string]string) {
 	t.Helper()
 	fx := opstest.Seed(t, pgtest.DB(t))
 	return fx, map[string]string{"DATABASE_URL": fx.DB.URL, "MAX_ATTEMPTS": "10", "STRIPE_API_VERSION": stripetest.APIVersion, "USER": "bob"}

@@ -2,13 +2,12 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/stripe-inbox/inbox/internal/metrics"
 )
 
 // Backlog is the outbox's unpublished rows.
@@ -18,7 +17,7 @@ type Backlog struct {
 	// OldestAgeSeconds is the age of the oldest of them (0 when none).
 	OldestAgeSeconds float64 `json:"outbox_oldest_age_seconds"`
 	// NeedsReview is the rows that used up their attempts and wait for a
-	// human (ListWaiting, Retry).
+	// human (inboxctl outbox and outbox-retry: List, RetryRows).
 	NeedsReview int `json:"outbox_needs_review"`
 }
 
@@ -42,36 +41,12 @@ type Waiting struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// ListWaiting returns up to limit rows that used up maxAttempts, oldest
-// first.
-func ListWaiting(ctx context.Context, db DB, maxAttempts, limit int) ([]Waiting, error) {
-	rows, err := db.Query(ctx, listWaiting, maxAttempts, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing outbox rows waiting for review: %w", err)
-	}
-	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Waiting, error) {
-		var w Waiting
-		err := r.Scan(&w.ID, &w.AggregateType, &w.AggregateID, &w.EventType, &w.Attempts, &w.LastError, &w.CreatedAt)
-		return w, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing outbox rows waiting for review: %w", err)
-	}
-	return ws, nil
-}
-
-// Retry gives rows waiting for a human (the ids given, or all of them when
-// ids is nil) a fresh count of attempts, due at once, and returns how many
-// it reset. Run it after fixing the cause (last_error).
-func Retry(ctx context.Context, db DB, maxAttempts int, ids []int64) (int, error) {
-	got, err := RetryRows(ctx, db, maxAttempts, ids, false)
-	return len(got), err
-}
-
-// RetryRows is Retry returning the ids it reset, in order; with dryRun it
-// returns the ids it would reset and changes nothing. One statement: rows
-// published or held by a relay (a lease that has not ended) are never
-// touched, whatever ids says.
+// RetryRows gives rows waiting for a human (the ids given, or all of them
+// when ids is nil) a fresh count of attempts, due at once, and returns the
+// ids it reset, in order; with dryRun it returns the ids it would reset and
+// changes nothing. Run it after fixing the cause (last_error). One
+// statement: rows published or held by a relay (a lease that has not
+// ended) are never touched, whatever ids says.
 func RetryRows(ctx context.Context, db DB, maxAttempts int, ids []int64, dryRun bool) ([]int64, error) {
 	q := retryWaiting
 	if dryRun {
@@ -180,57 +155,31 @@ func ParkExhausted(ctx context.Context, db DB, maxAttempts int, now *time.Time) 
 	return int(tag.RowsAffected()), nil
 }
 
-// Relay runs the relay for the worker (worker.Relay): Run, and with final
-// (the end of an invocation) also park exhausted rows, read the backlog and
-// write the metrics of everything since the last final call. It returns
-// the rows published.
-func (r *Relay) Relay(ctx context.Context, final bool) (int, error) {
-	s, err := r.Run(ctx)
-	r.mu.Lock()
-	r.totals.add(s)
-	r.mu.Unlock()
-	if s.Published+s.Failed+s.Throttled+s.Fenced+s.CallFails > 0 {
-		r.logger.InfoContext(ctx, "outbox relay", "summary", s)
-	}
-	if final {
-		if rerr := r.report(ctx); rerr != nil && err == nil {
-			err = rerr
-		}
-	}
-	return s.Published, err
+// Queued is an outbox row as the operators' show lists it: a notification
+// a receipt's handler queued.
+type Queued struct {
+	ID            int64           `json:"id"`
+	AggregateType string          `json:"aggregate_type"`
+	AggregateID   string          `json:"aggregate_id"`
+	EventType     string          `json:"event_type"`
+	Payload       json.RawMessage `json:"payload"`
+	CreatedAt     time.Time       `json:"created_at"`
+	PublishedAt   *time.Time      `json:"published_at,omitempty"`
 }
 
-// report parks exhausted rows, reads the backlog and writes the metrics.
-func (r *Relay) report(ctx context.Context) error {
-	r.mu.Lock()
-	t := r.totals
-	r.totals = Summary{}
-	r.mu.Unlock()
-	dctx, cancel := r.dbCtx(ctx)
-	defer cancel()
-	if n, err := ParkExhausted(dctx, r.pool, r.cfg.MaxAttempts, r.Now()); err != nil {
-		r.logger.ErrorContext(ctx, "outbox: parking rows", "error", err)
-	} else if n > 0 {
-		r.logger.ErrorContext(ctx, "outbox: rows used up their attempts and wait for review", "count", n)
+// QueuedBy returns the rows the handlers queued for the event eventID (its
+// id is in each payload, as event_id), in the order they were queued.
+func QueuedBy(ctx context.Context, db DB, eventID string) ([]Queued, error) {
+	rows, err := db.Query(ctx, queuedBy, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the outbox rows of %s: %w", eventID, err)
 	}
-	ms := []metrics.Metric{
-		{Name: "OutboxPublished", Value: float64(t.Published), Unit: metrics.Count},
-		{Name: "OutboxFailed", Value: float64(t.Failed), Unit: metrics.Count},
-		{Name: "OutboxThrottled", Value: float64(t.Throttled), Unit: metrics.Count},
-		{Name: "OutboxCallFailed", Value: float64(t.CallFails), Unit: metrics.Count},
-		{Name: "OutboxFenced", Value: float64(t.Fenced), Unit: metrics.Count},
+	qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Queued, error) {
+		var q Queued
+		return q, r.Scan(&q.ID, &q.AggregateType, &q.AggregateID, &q.EventType, &q.Payload, &q.CreatedAt, &q.PublishedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the outbox rows of %s: %w", eventID, err)
 	}
-	b, err := ReadBacklog(dctx, r.pool, r.cfg.MaxAttempts, r.Now())
-	if err == nil {
-		// Gauges only when read: a missing gauge alarms (missing data is
-		// breaching), a made-up zero would not.
-		ms = append(ms,
-			metrics.Metric{Name: "OutboxBacklogCount", Value: float64(b.Count), Unit: metrics.Count},
-			metrics.Metric{Name: "OutboxOldestAgeSeconds", Value: b.OldestAgeSeconds, Unit: metrics.Seconds},
-			metrics.Metric{Name: "OutboxNeedsReviewCount", Value: float64(b.NeedsReview), Unit: metrics.Count})
-	}
-	if merr := r.metrics.Emit(nil, ms...); merr != nil {
-		r.logger.ErrorContext(ctx, "writing metrics", "error", merr)
-	}
-	return err
+	return qs, nil
 }

@@ -1,4 +1,7 @@
-// Package outbox relays the outbox table to Amazon EventBridge.
+// Package outbox is the outbox table: it relays the rows to Amazon
+// EventBridge, and holds all of the table's SQL (queries.go): the INSERT the
+// handlers compose into their statements (InsertRowsSQL), the relay's, the
+// operators' (ops.go) and the purge's batch (purge.go).
 //
 // The handlers write an outbox row in the same transaction as the business
 // effect; the relay publishes each one at least once with PutEvents and then
@@ -18,7 +21,7 @@
 // PutEvents takes at most 10 entries and 256 KB per call (see entry.go), and
 // answers per entry: an entry that failed (FailedEntryCount, ErrorCode) is
 // retried alone, after a backoff, and counts an attempt; at MaxAttempts it
-// waits for a human (available_at 'infinity'; ListWaiting and Retry). A
+// waits for a human (available_at 'infinity'; List and RetryRows). A
 // throttled entry or call, or a call that fails as a whole (5xx, network,
 // missing bus or permission: nothing about the rows), gives its rows back
 // with the attempt uncounted and pauses the relay with a growing backoff, so
@@ -155,6 +158,61 @@ func (r *Relay) Run(ctx context.Context) (Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+// PublishDue is the relay's entry point for the worker (worker.Relay): Run,
+// and with final (the end of an invocation) also park exhausted rows, read
+// the backlog and write the metrics of everything since the last final
+// call. It returns the rows published.
+func (r *Relay) PublishDue(ctx context.Context, final bool) (int, error) {
+	s, err := r.Run(ctx)
+	r.mu.Lock()
+	r.totals.add(s)
+	r.mu.Unlock()
+	if s.Published+s.Failed+s.Throttled+s.Fenced+s.CallFails > 0 {
+		r.logger.InfoContext(ctx, "outbox relay", "summary", s)
+	}
+	if final {
+		if rerr := r.report(ctx); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return s.Published, err
+}
+
+// report parks exhausted rows, reads the backlog and writes the metrics.
+func (r *Relay) report(ctx context.Context) error {
+	r.mu.Lock()
+	t := r.totals
+	r.totals = Summary{}
+	r.mu.Unlock()
+	dctx, cancel := r.dbCtx(ctx)
+	defer cancel()
+	if n, err := ParkExhausted(dctx, r.pool, r.cfg.MaxAttempts, r.Now()); err != nil {
+		r.logger.ErrorContext(ctx, "outbox: parking rows", "error", err)
+	} else if n > 0 {
+		r.logger.ErrorContext(ctx, "outbox: rows used up their attempts and wait for review", "count", n)
+	}
+	ms := []metrics.Metric{
+		{Name: "OutboxPublished", Value: float64(t.Published), Unit: metrics.Count},
+		{Name: "OutboxFailed", Value: float64(t.Failed), Unit: metrics.Count},
+		{Name: "OutboxThrottled", Value: float64(t.Throttled), Unit: metrics.Count},
+		{Name: "OutboxCallFailed", Value: float64(t.CallFails), Unit: metrics.Count},
+		{Name: "OutboxFenced", Value: float64(t.Fenced), Unit: metrics.Count},
+	}
+	b, err := ReadBacklog(dctx, r.pool, r.cfg.MaxAttempts, r.Now())
+	if err == nil {
+		// Gauges only when read: a missing gauge alarms (missing data is
+		// breaching), a made-up zero would not.
+		ms = append(ms,
+			metrics.Metric{Name: "OutboxBacklogCount", Value: float64(b.Count), Unit: metrics.Count},
+			metrics.Metric{Name: "OutboxOldestAgeSeconds", Value: b.OldestAgeSeconds, Unit: metrics.Seconds},
+			metrics.Metric{Name: "OutboxNeedsReviewCount", Value: float64(b.NeedsReview), Unit: metrics.Count})
+	}
+	if merr := r.metrics.Emit(nil, ms...); merr != nil {
+		r.logger.ErrorContext(ctx, "writing metrics", "error", merr)
+	}
+	return err
 }
 
 func (r *Relay) clock() time.Time {

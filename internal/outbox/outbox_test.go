@@ -438,7 +438,7 @@ func TestRowsThatKeepFailingWaitForAHumanAndCanBeRetried(t *testing.T) {
 	require.Contains(t, waiting[0].LastError, "MalformedDetail")
 
 	// The metric the alarm watches.
-	_, err = r.Relay(context.Background(), true)
+	_, err = r.PublishDue(context.Background(), true)
 	require.NoError(t, err)
 	require.Contains(t, b.metrics.String(), `"OutboxNeedsReviewCount":1`)
 
@@ -464,7 +464,7 @@ func TestRowsWhoseLastAttemptDiedAreParked(t *testing.T) {
 	_, err := b.pool.Exec(context.Background(), "UPDATE outbox SET attempts = 10, available_at = now() - interval '1 minute', claim_token = gen_random_uuid(), leased_until = now() - interval '1 minute'")
 	require.NoError(t, err)
 	r := b.relay(t, outbox.Config{})
-	_, err = r.Relay(context.Background(), true)
+	_, err = r.PublishDue(context.Background(), true)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.db.Count(t, "outbox", "id = $1 AND available_at = 'infinity' AND claim_token IS NULL AND last_error LIKE 'attempts used up%'", ids[0]))
 	require.Contains(t, b.metrics.String(), `"OutboxNeedsReviewCount":1`)

@@ -1,9 +1,17 @@
 package outbox
 
-// The relay's SQL on the outbox table (its schema: migrations 0002 and 0013;
-// the handlers insert rows in internal/handlers/queries.go, the purge deletes
-// published ones in internal/retention/queries.go). $now is the caller's
+// The outbox table's SQL (its schema: migrations 0002 and 0013): the
+// handlers' INSERT (InsertRowsSQL, which they compose into their own
+// statements), the relay's claims and marks, the operators' reads and
+// retries, and the purge's delete of published rows. $now is the caller's
 // clock when set (tests move time), the database's now() otherwise.
+
+// InsertRowsSQL queues outbox rows: the INSERT without its rows, which the
+// caller completes with a SELECT of (aggregate_type, aggregate_id,
+// event_type, payload) and runs in the transaction of the business effect,
+// so that the row commits with it or not at all. internal/handlers
+// composes it into invoice.paid's one statement, as a CTE (payInvoice).
+const InsertRowsSQL = `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)`
 
 // claimRows: $1 now, $2 max attempts, $3 limit, $4 lease (seconds), $5 the
 // claim's token. Takes up to $3 due rows (oldest first; rows another relay
@@ -88,15 +96,6 @@ SELECT count(*) FILTER (WHERE attempts < $1),
   FROM outbox
  WHERE published_at IS NULL`
 
-// listWaiting: $1 max attempts, $2 limit. The rows waiting for a human,
-// oldest first.
-const listWaiting = `
-SELECT id, aggregate_type, aggregate_id, event_type, attempts, coalesce(last_error, ''), created_at
-  FROM outbox
- WHERE published_at IS NULL AND attempts >= $1
- ORDER BY created_at, id
- LIMIT $2`
-
 // retryWaiting: $1 max attempts, $2 ids (NULL: all of them). Gives rows
 // waiting for a human a fresh count of attempts, due now, and returns their
 // ids. Never a published row, nor one a relay holds (its lease has not
@@ -134,3 +133,27 @@ SELECT id, aggregate_type, aggregate_id, event_type, attempts, coalesce(last_err
    AND ($3::timestamptz IS NULL OR (created_at, id) < ($3::timestamptz, $4::bigint))
  ORDER BY created_at DESC, id DESC
  LIMIT $5`
+
+// queuedBy: $1 event_id (the handlers put it in each payload). The rows a
+// receipt queued, for the operators' show.
+const queuedBy = `
+SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at, published_at
+  FROM outbox WHERE payload->>'event_id' = $1 ORDER BY id`
+
+// deletePublished: $1 cutoff, $2 batch size. Deletes up to $2 published
+// outbox rows with published_at strictly before the cutoff, oldest first
+// (through the index outbox_published). Unpublished rows are never
+// candidates. One batch of the purge, which follows the rules of every
+// purge batch (internal/retention/queries.go).
+const deletePublished = `
+DELETE FROM outbox
+ WHERE id = ANY (ARRAY(
+           SELECT id
+             FROM outbox
+            WHERE published_at IS NOT NULL
+              AND published_at < $1::timestamptz
+            ORDER BY published_at
+            LIMIT $2
+              FOR UPDATE SKIP LOCKED))
+   AND published_at IS NOT NULL
+   AND published_at < $1::timestamptz`

@@ -205,12 +205,25 @@ type Reconciler struct {
 	OnPage func(Progress)
 }
 
-// New builds a Reconciler; cfg must be valid (WithDefaults, Validate).
-func New(lister Lister, sink Sink, cfg Config, logger *slog.Logger, em *metrics.Emitter) *Reconciler {
+// New builds a Reconciler, as worker.New does: it validates cfg and returns
+// an error saying what to fix. cfg takes no defaults here (call WithDefaults
+// first): a zero RECONCILE_OVERLAP or RECONCILE_SETTLE is a valid choice.
+// logger may be nil (discard), and em too (no metrics).
+func New(sink Sink, lister Lister, cfg Config, logger *slog.Logger, em *metrics.Emitter) (*Reconciler, error) {
+	errs := []error{cfg.Validate()}
+	if sink == nil {
+		errs = append(errs, errors.New("no sink to store the events in"))
+	}
+	if lister == nil {
+		errs = append(errs, errors.New("no Events API client"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid reconcile configuration: %w", err)
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reconciler{lister: lister, sink: sink, cfg: cfg, logger: logger, metrics: em, Now: time.Now}
+	return &Reconciler{lister: lister, sink: sink, cfg: cfg, logger: logger, metrics: em, Now: time.Now}, nil
 }
 
 // Run reconciles the window from the endpoint's high-water mark (less the

@@ -32,7 +32,7 @@ func handlerTypes() []string {
 	return ts
 }
 
-type bundle struct {
+type testBundle struct {
 	db      *pgtest.Database
 	api     *fakeapi.Server
 	sleeps  []time.Duration
@@ -40,14 +40,14 @@ type bundle struct {
 	metrics *bytes.Buffer
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := &bundle{db: pgtest.DB(t), api: fakeapi.New(""), metrics: &bytes.Buffer{}}
+	b := &testBundle{db: pgtest.DB(t), api: fakeapi.New(""), metrics: &bytes.Buffer{}}
 	t.Cleanup(b.api.Close)
 	return b
 }
 
-func (b *bundle) client(t *testing.T, maxAttempts int) *reconcile.Client {
+func (b *testBundle) client(t *testing.T, maxAttempts int) *reconcile.Client {
 	t.Helper()
 	c, err := reconcile.NewClient(reconcile.ClientConfig{
 		Key: fakeapi.Key, BaseURL: b.api.URL, Rate: 1000, MaxAttempts: maxAttempts,
@@ -66,7 +66,7 @@ func (b *bundle) client(t *testing.T, maxAttempts int) *reconcile.Client {
 	return c
 }
 
-func (b *bundle) reconciler(t *testing.T, cfg reconcile.Config, maxAttempts int) *reconcile.Reconciler {
+func (b *testBundle) reconciler(t *testing.T, cfg reconcile.Config, maxAttempts int) *reconcile.Reconciler {
 	t.Helper()
 	cfg.Endpoint = "billing"
 	if cfg.Types == nil {
@@ -74,7 +74,8 @@ func (b *bundle) reconciler(t *testing.T, cfg reconcile.Config, maxAttempts int)
 	}
 	cfg = cfg.WithDefaults()
 	require.NoError(t, cfg.Validate())
-	r := reconcile.New(b.client(t, maxAttempts), reconcile.DBSink{DB: b.db.Pool}, cfg, nil, metrics.New(b.metrics, "Test", map[string]string{"Service": "reconcile"}))
+	r, err := reconcile.New(reconcile.DBSink{DB: b.db.Pool}, b.client(t, maxAttempts), cfg, nil, metrics.New(b.metrics, "Test", map[string]string{"Service": "reconcile"}))
+	require.NoError(t, err)
 	r.Now = func() time.Time { return now }
 	return r
 }
@@ -85,7 +86,7 @@ func event(id, typ string, ago time.Duration) []byte {
 }
 
 // deliver stores raw as the webhook does.
-func (b *bundle) deliver(t *testing.T, raw []byte) {
+func (b *testBundle) deliver(t *testing.T, raw []byte) {
 	t.Helper()
 	ev, err := stripeevent.Parse(raw)
 	require.NoError(t, err)
@@ -93,7 +94,7 @@ func (b *bundle) deliver(t *testing.T, raw []byte) {
 	require.NoError(t, err)
 }
 
-func (b *bundle) highWater(t *testing.T) (time.Time, bool) {
+func (b *testBundle) highWater(t *testing.T) (time.Time, bool) {
 	t.Helper()
 	hw, ok, err := inbox.HighWater(context.Background(), b.db.Pool, "billing")
 	require.NoError(t, err)

@@ -89,7 +89,8 @@ func TestRemoteSinkThroughLambdaInvoke(t *testing.T) {
 	sink := reconcile.RemoteSink{Lambda: lambdaClient(srv.URL), Function: "inbox-reconcile-store"}
 
 	cfg := reconcile.Config{Endpoint: "billing", Types: handlerTypes(), PageLimit: 10, Slice: reconcile.DefaultLookback}.WithDefaults()
-	r := reconcile.New(b.client(t, 1), sink, cfg, nil, nil)
+	r, err := reconcile.New(sink, b.client(t, 1), cfg, nil, nil)
+	require.NoError(t, err)
 	r.Now = func() time.Time { return now }
 	s, err := r.Run(context.Background())
 	require.NoError(t, err)

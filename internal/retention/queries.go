@@ -1,10 +1,11 @@
 package retention
 
-// The purge's own statements: the cutoffs, and the outbox's batch. The
-// receipts' batches (delete and scrub) are webhook_inbox statements, so they
-// live with the table's other SQL in internal/inbox (queries.go, purge.go)
-// and follow the same rules as this one. Parameters are positional; each
-// query documents them.
+// The purge's own statement: the cutoffs. Its batches are statements of
+// the tables they delete from, so they live with each table's other SQL:
+// the receipts' (delete and scrub) in internal/inbox (queries.go,
+// purge.go), the published outbox rows' in internal/outbox (queries.go,
+// purge.go). Every batch follows the rules below. Parameters are
+// positional; each query documents them.
 //
 // Each batch is one statement that commits on its own (autocommit): it locks
 // at most $2 rows, for as long as the statement runs, and never holds a
@@ -43,19 +44,3 @@ package retention
 const purgeCutoffs = `
 SELECT coalesce($1::timestamptz, now()) - $2::bigint * interval '1 millisecond',
        coalesce($1::timestamptz, now()) - $3::bigint * interval '1 millisecond'`
-
-// deleteOutbox: $1 cutoff, $2 batch size. Deletes up to $2 published outbox
-// rows with published_at strictly before the cutoff, oldest first (through
-// the index outbox_published). Unpublished rows are never candidates.
-const deleteOutbox = `
-DELETE FROM outbox
- WHERE id = ANY (ARRAY(
-           SELECT id
-             FROM outbox
-            WHERE published_at IS NOT NULL
-              AND published_at < $1::timestamptz
-            ORDER BY published_at
-            LIMIT $2
-              FOR UPDATE SKIP LOCKED))
-   AND published_at IS NOT NULL
-   AND published_at < $1::timestamptz`

@@ -31,6 +31,7 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/outbox"
 )
 
 // DB is what the purge needs: a pool or a dedicated connection. It must not
@@ -101,13 +102,10 @@ type step struct {
 	count  *int64
 }
 
-// purgeOutbox deletes one batch of published outbox rows (deleteOutbox).
+// purgeOutbox deletes one batch of published outbox rows
+// (outbox.PurgePublished).
 func purgeOutbox(ctx context.Context, db inbox.Execer, cutoff time.Time, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, deleteOutbox, cutoff, limit)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	return outbox.PurgePublished(ctx, db, cutoff, limit)
 }
 
 // Run purges (and scrubs, when configured) until a batch of each comes back

@@ -87,7 +87,7 @@ func requestContext(t *testing.T) context.Context {
 	return ctx
 }
 
-type keyringBundle struct {
+type testBundle struct {
 	store   *stallingStore
 	clock   *clock
 	logs    *bytes.Buffer
@@ -95,19 +95,19 @@ type keyringBundle struct {
 	mu      sync.Mutex // guards logs and metrics
 }
 
-func (b *keyringBundle) Write(p []byte) (int, error) {
+func (b *testBundle) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.logs.Write(p)
 }
 
-func (b *keyringBundle) output() (logs, metrics string) {
+func (b *testBundle) output() (logs, metrics string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.logs.String(), b.metrics.String()
 }
 
-type metricsWriter struct{ b *keyringBundle }
+type metricsWriter struct{ b *testBundle }
 
 func (w metricsWriter) Write(p []byte) (int, error) {
 	w.b.mu.Lock()
@@ -115,11 +115,11 @@ func (w metricsWriter) Write(p []byte) (int, error) {
 	return w.b.metrics.Write(p)
 }
 
-func newKeyringBundle(values map[string]string) *keyringBundle {
-	return &keyringBundle{store: newStallingStore(values), clock: &clock{now: time.Unix(1000, 0)}, logs: &bytes.Buffer{}, metrics: &bytes.Buffer{}}
+func newKeyringBundle(values map[string]string) *testBundle {
+	return &testBundle{store: newStallingStore(values), clock: &clock{now: time.Unix(1000, 0)}, logs: &bytes.Buffer{}, metrics: &bytes.Buffer{}}
 }
 
-func (b *keyringBundle) options(fetchTimeout time.Duration) secrets.Options {
+func (b *testBundle) options(fetchTimeout time.Duration) secrets.Options {
 	return secrets.Options{
 		TTL: time.Minute, FetchTimeout: fetchTimeout, Now: b.clock.Now,
 		Logger:  slog.New(slog.NewJSONHandler(b, nil)),

@@ -26,7 +26,8 @@ func FuzzHandler(f *testing.F) {
 	db := pgtest.DB(f)
 	keyring, err := secrets.NewKeyring(context.Background(), map[string]string{"billing": secretA}, secrets.Literal, secrets.Options{})
 	require.NoError(f, err)
-	h := webhook.New(keyring, db.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, webhook.Config{MaxBodyBytes: 4096})
+	h, err := webhook.New(db.Pool, keyring, webhook.Config{MaxBodyBytes: 4096}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	require.NoError(f, err)
 
 	valid := eventJSON("evt_fuzz", "invoice.paid")
 	f.Add(valid, sign(valid, secretA), false)

@@ -27,7 +27,8 @@ func TestNotifyWakesListenersOnStoreOnly(t *testing.T) {
 	pool, err := database.Open(context.Background(), database.Config{URL: db.URL, MaxConns: 2}, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	h := webhook.New(keyring, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, webhook.Config{Notify: true})
+	h, err := webhook.New(pool, keyring, webhook.Config{Notify: true}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	require.NoError(t, err)
 	b := &testBundle{db: db, handler: h}
 
 	listener := db.Connect(t)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -35,13 +36,45 @@ const DefaultMaxBodyBytes = 1 << 20
 // the invocation time out.
 const DefaultStoreTimeout = 5 * time.Second
 
+// The ranges of Config's settings (config.LoadWebhook reads MAX_BODY_BYTES
+// and STORE_TIMEOUT within them; New refuses anything outside).
+const (
+	MinBodyBytes    = 1024
+	MinStoreTimeout = 100 * time.Millisecond
+	MaxStoreTimeout = time.Minute
+)
+
 // Config holds the handler's settings.
 type Config struct {
-	MaxBodyBytes int           // 0 means DefaultMaxBodyBytes
-	StoreTimeout time.Duration // 0 means DefaultStoreTimeout
+	MaxBodyBytes int           // 0 means DefaultMaxBodyBytes; MinBodyBytes to FunctionURLMaxPayload
+	StoreTimeout time.Duration // 0 means DefaultStoreTimeout; MinStoreTimeout to MaxStoreTimeout
 	// Notify: a stored receipt also wakes resident workers that LISTEN
 	// (inbox.StoreAndNotify), when it commits.
 	Notify bool
+}
+
+// WithDefaults fills zero fields.
+func (c Config) WithDefaults() Config {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	return c
+}
+
+// Validate reports every mistake, phrased as what to fix, with the
+// variable names functions/webhook reads.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxBodyBytes < MinBodyBytes || c.MaxBodyBytes > FunctionURLMaxPayload {
+		errs = append(errs, fmt.Errorf("MAX_BODY_BYTES=%d: must be from %d to %d", c.MaxBodyBytes, MinBodyBytes, FunctionURLMaxPayload))
+	}
+	if c.StoreTimeout < MinStoreTimeout || c.StoreTimeout > MaxStoreTimeout {
+		errs = append(errs, fmt.Errorf("STORE_TIMEOUT=%s: must be from %s to %s", c.StoreTimeout, MinStoreTimeout, MaxStoreTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Keyring is what the handler needs from the signing secrets.
@@ -59,15 +92,25 @@ type Handler struct {
 	cfg     Config
 }
 
-// New returns a Handler. em may be nil (no metrics).
-func New(keyring Keyring, db inbox.DB, logger *slog.Logger, em *metrics.Emitter, cfg Config) *Handler {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+// New returns a Handler, as worker.New does: it fills cfg's zero fields
+// with the defaults (WithDefaults), then validates it, and returns an error
+// saying what to fix. em may be nil (no metrics).
+func New(db inbox.DB, keyring Keyring, cfg Config, logger *slog.Logger, em *metrics.Emitter) (*Handler, error) {
+	cfg = cfg.WithDefaults()
+	errs := []error{cfg.Validate()}
+	if db == nil {
+		errs = append(errs, errors.New("no database"))
 	}
-	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = DefaultStoreTimeout
+	if keyring == nil {
+		errs = append(errs, errors.New("no signing-secret keyring"))
 	}
-	return &Handler{keyring: keyring, db: db, logger: logger, metrics: em, cfg: cfg}
+	if logger == nil {
+		errs = append(errs, errors.New("no logger"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid webhook configuration: %w", err)
+	}
+	return &Handler{keyring: keyring, db: db, logger: logger, metrics: em, cfg: cfg}, nil
 }
 
 // Reasons a request is refused; they appear in logs and as the Reason

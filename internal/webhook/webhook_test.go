@@ -60,7 +60,8 @@ func setupWith(t *testing.T, db *pgtest.Database, endpoints map[string]string) *
 	pool, err := database.Open(context.Background(), database.Config{URL: db.URL, MaxConns: 2}, nil)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	b.handler = webhook.New(keyring, pool, logger, em, webhook.Config{MaxBodyBytes: 64 << 10})
+	b.handler, err = webhook.New(pool, keyring, webhook.Config{MaxBodyBytes: 64 << 10}, logger, em)
+	require.NoError(t, err)
 	return b
 }
 
@@ -168,7 +169,8 @@ func TestSameEventFromEightConnectionsAtOnce(t *testing.T) {
 		pool := poolOfOne(t, db)
 		keyring, err := secrets.NewKeyring(context.Background(), map[string]string{"billing": secretA}, secrets.Literal, secrets.Options{})
 		require.NoError(t, err)
-		handlers[i] = webhook.New(keyring, pool, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, webhook.Config{})
+		handlers[i], err = webhook.New(pool, keyring, webhook.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		require.NoError(t, err)
 	}
 	start := make(chan struct{})
 	outcomes := make([]string, n)
@@ -406,7 +408,8 @@ func TestStoreFailureAnswers5xxAndRetrySucceeds(t *testing.T) {
 	keyring, err := secrets.NewKeyring(ctx, map[string]string{"billing": secretA}, secrets.Literal, secrets.Options{})
 	require.NoError(t, err)
 	logs := &bytes.Buffer{}
-	h := webhook.New(keyring, b.db.Pool, slog.New(slog.NewJSONHandler(logs, nil)), nil, webhook.Config{StoreTimeout: 200 * time.Millisecond})
+	h, err := webhook.New(b.db.Pool, keyring, webhook.Config{StoreTimeout: 200 * time.Millisecond}, slog.New(slog.NewJSONHandler(logs, nil)), nil)
+	require.NoError(t, err)
 	req := signedRequest("billing", "evt_retry", "invoice.paid", secretA)
 	resp, err := h.Handle(ctx, req)
 	require.NoError(t, err)

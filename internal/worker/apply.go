@@ -2,13 +2,13 @@ package worker
 
 // This file is one receipt's transaction, read top to bottom in the order a
 // claimed batch meets it (drain, in worker.go, hands it over):
-// ProcessBatch orders the batch and splits off the refunds it cannot place;
+// processBatch orders the batch and splits off the refunds it cannot place;
 // batchTx locks the receipts (inbox.LockMany), re-checks them, filters the
 // other mode (books), runs the handlers (applyHandler), records failures
 // (isDeadlock, describe, backoff) and marks the rest processed
 // (inbox.MarkManyProcessed), in one commit; oneByOne is the fallback when
 // that transaction fails, and giveBack releases the receipts the deadline
-// margin leaves unstarted; Process is the one-receipt transaction (apply:
+// margin leaves unstarted; process is the one-receipt transaction (apply:
 // lock, re-check, mode filter, handler, mark) that BATCH_SIZE=1, the
 // fallback and a deadlocked receipt use. The deadline margin, inTx and the
 // connection the transactions run on close the file.
@@ -50,9 +50,9 @@ const (
 	Released Outcome = "released"
 )
 
-// ProcessBatch applies several claimed receipts in one transaction, each
+// processBatch applies several claimed receipts in one transaction, each
 // under its own savepoint, so that they share one commit (one WAL flush)
-// instead of paying one each. Per receipt the rules are those of Process:
+// instead of paying one each. Per receipt the rules are those of process:
 // lock the row (waiting), re-check it is unprocessed, apply the handler, mark
 // it processed. A receipt whose handler fails is rolled back to its savepoint
 // and its failure is recorded (last_error, backoff) in the same transaction;
@@ -69,7 +69,7 @@ const (
 // StatementTimeout, so one slow receipt cannot hold the rest of the batch's
 // locks for long. A deadlock between batches that touch the same objects in
 // another order (PostgreSQL aborts one statement) rolls back only that
-// receipt, which is tried again on its own (as Process does) once the batch
+// receipt, which is tried again on its own (as process does) once the batch
 // has committed and released its locks.
 //
 // It returns one outcome per receipt, in the order given, and whether each
@@ -81,10 +81,6 @@ const (
 // receipt that could not be given back (the release failed, or another
 // worker has claimed it since) has no outcome (""): it keeps its counted
 // attempt and comes back after its lease.
-func (w *Worker) ProcessBatch(ctx context.Context, conn *pgx.Conn, claimed []inbox.Claimed) ([]Outcome, []bool) {
-	return w.processBatch(ctx, fixedConn(conn), claimed)
-}
-
 func (w *Worker) processBatch(ctx context.Context, conns connSource, claimed []inbox.Claimed) ([]Outcome, []bool) {
 	order := make([]int, len(claimed))
 	for i := range order {
@@ -181,7 +177,7 @@ func splitUnplaced(claimed []inbox.Claimed, order []int) (batched, alone []int) 
 // A handler that deadlocked was rolled back to its savepoint, which
 // released its locks, so the other transaction can go on; it still waits
 // for this batch's other locks, so the receipt is tried again on its own
-// (Process) once this batch has committed, without using up an attempt.
+// (process) once this batch has committed, without using up an attempt.
 //
 // When the transaction itself fails (a statement that fails before it runs,
 // at prepare or while its arguments are encoded; a handler that swallowed a
@@ -468,12 +464,9 @@ func (w *Worker) giveBack(ctx context.Context, conns connSource, claimed []inbox
 		"receipts", len(rest), "released", len(released))
 }
 
-// Process applies one claimed receipt on conn and records the outcome. It
-// reports whether the receipt raised an anomaly.
-func (w *Worker) Process(ctx context.Context, conn *pgx.Conn, c inbox.Claimed) (Outcome, bool) {
-	return w.process(ctx, fixedConn(conn), c)
-}
-
+// process applies one claimed receipt in a transaction of its own, on a
+// connection from conns, and records the outcome. It reports whether the
+// receipt raised an anomaly.
 func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed) (Outcome, bool) {
 	start := time.Now()
 	log := w.logger.With("endpoint", c.Endpoint, "event_id", c.EventID, "event_type", c.EventType, "attempt", c.Attempts)
@@ -526,10 +519,10 @@ func (w *Worker) process(ctx context.Context, conns connSource, c inbox.Claimed)
 	return outcome, anomaly
 }
 
-// apply is the body of Process (one receipt per transaction): lock,
+// apply is the body of process (one receipt per transaction): lock,
 // re-check, handle, mark. It also returns the receipt-to-effect latency of a
 // receipt it marked processed (0 otherwise), to be recorded once tx
-// commits. ProcessBatch does the same for many receipts at once (batchTx).
+// commits. processBatch does the same for many receipts at once (batchTx).
 func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome, bool, time.Duration, error) {
 	locked, found, err := inbox.Lock(ctx, tx, c.Key)
 	if err != nil {
@@ -597,11 +590,6 @@ func inTxOn(ctx context.Context, conns connSource, fn func(pgx.Tx) error) error 
 
 // connSource gives a processing transaction its connection.
 type connSource func(context.Context) (*pgx.Conn, error)
-
-// fixedConn always gives conn.
-func fixedConn(conn *pgx.Conn) connSource {
-	return func(context.Context) (*pgx.Conn, error) { return conn, nil }
-}
 
 // drainConn is a drainer's connection. One that was lost (the server ended
 // the session, the network failed) is replaced at the next get, so a lost

@@ -7,7 +7,7 @@ import (
 )
 
 // Relay is the outbox relay (internal/outbox.Relay) that the worker runs
-// when one is attached (SetRelay): Relay publishes what is due; final is the
+// when one is attached (SetRelay): PublishDue publishes what is due; final is the
 // invocation's last call, which also reports the outbox's backlog.
 //
 // Where it runs, and why: the worker already runs in the VPC next to the
@@ -20,7 +20,7 @@ import (
 // runs on its own goroutine, so a slow PutEvents never holds up the
 // drainers or the poller.
 type Relay interface {
-	Relay(ctx context.Context, final bool) (published int, err error)
+	PublishDue(ctx context.Context, final bool) (published int, err error)
 }
 
 // SetRelay attaches the outbox relay: a resident run runs it after each
@@ -105,7 +105,7 @@ func (w *Worker) finalRelay(ctx context.Context, acc *runAcc) {
 // errors are logged, not the run's: the receipts were processed, and the
 // outbox's backlog metrics alarm when publishing falls behind.
 func (w *Worker) runRelay(ctx context.Context, final bool, acc *runAcc) {
-	n, err := w.relay.Relay(ctx, final)
+	n, err := w.relay.PublishDue(ctx, final)
 	acc.mu.Lock()
 	acc.total.OutboxPublished += n
 	acc.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe-inbox/inbox/internal/benchsql"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
@@ -26,7 +27,7 @@ import (
 // The refund stories are what once made concurrent batched drainers
 // deadlock again and again (2026-12-03: 122 deadlocks in 70 s, a 600-receipt
 // drain at 4 drainers not done in 8 minutes); see splitUnplaced in
-// internal/worker/batch.go.
+// internal/worker/apply.go.
 func backlog(n int) []stripeevent.Event {
 	g := stripetest.NewGenerator(rand.New(rand.NewPCG(1, 2)), stripetest.Options{Prefix: "b", TwinRate: 0.1})
 	var evs []stripeevent.Event
@@ -176,21 +177,21 @@ func pgbenchDrain(ctx context.Context, url string, clients, n int) float64 {
 
 // drainScript is the pgbench script of the drain's limit: the seed's two
 // transactions per receipt, with the packages' statements: the worker's
-// claim of one receipt (inbox.ClaimSQL, its own transaction), then the
+// claim of one receipt (benchsql.ClaimSQL, its own transaction), then the
 // statement timeout, the lock, invoice.paid's statement in the common case
-// (handlers.PayInvoiceSQL) and the mark, and the commit.
+// (benchsql.PayInvoiceSQL) and the mark, and the commit.
 func drainScript() string {
 	timeout := fmt.Sprintf("'%dms'", worker.DefaultStatementTimeout.Milliseconds())
 	// The claim returns provider, endpoint, event_id, event_type,
 	// coalesce (the object id), attempts: \gset makes them variables.
-	return pgbenchSQL(inbox.ClaimSQL, "NULL", strconv.Itoa(worker.DefaultMaxAttempts), "1", "120000") + ` \gset
+	return pgbenchSQL(benchsql.ClaimSQL, "NULL", strconv.Itoa(worker.DefaultMaxAttempts), "1", "120000") + ` \gset
 BEGIN;
-` + pgbenchSQL(inbox.SetLocalStatementTimeoutSQL, timeout) + `;
-` + pgbenchSQL(inbox.LockSQL, ":provider", ":endpoint", ":event_id") + `;
-` + pgbenchSQL(handlers.PayInvoiceSQL, ":coalesce", "'cus_1'", "'paid'", "'usd'", "1000", "1000", "'"+handlers.PaidFrom+"'",
-		"1700000000", strconv.Itoa(int(handlers.PaidRank)), ":event_id", "'InvoicePaymentBooked'",
+` + pgbenchSQL(benchsql.SetLocalStatementTimeoutSQL, timeout) + `;
+` + pgbenchSQL(benchsql.LockSQL, ":provider", ":endpoint", ":event_id") + `;
+` + pgbenchSQL(benchsql.PayInvoiceSQL, ":coalesce", "'cus_1'", "'paid'", "'usd'", "1000", "1000", "'"+benchsql.PaidFrom+"'",
+		"1700000000", strconv.Itoa(int(benchsql.PaidRank)), ":event_id", "'InvoicePaymentBooked'",
 		`'{"invoice_id": "in", "customer_id": "cus_1", "amount": 1000, "currency": "usd"}'`, "ARRAY['ch_' || :coalesce]") + `;
-` + pgbenchSQL(inbox.MarkProcessedSQL, ":provider", ":endpoint", ":event_id", "'applied'", "NULL") + `;
+` + pgbenchSQL(benchsql.MarkProcessedSQL, ":provider", ":endpoint", ":event_id", "'applied'", "NULL") + `;
 COMMIT;
 `
 }

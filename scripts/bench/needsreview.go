@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stripe-inbox/inbox/internal/benchsql"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
@@ -57,7 +58,7 @@ func needsReview(ctx context.Context, out io.Writer) {
 		conn, err := pgx.Connect(ctx, *dbURL)
 		check(err)
 		p := inbox.ClaimParams{MaxAttempts: worker.DefaultMaxAttempts, Limit: worker.DefaultClaimLimit, Lease: time.Hour}
-		plan, err := inbox.ExplainClaim(ctx, conn, p, "TEXT")
+		plan, err := benchsql.ExplainClaim(ctx, conn, p, "TEXT")
 		check(err)
 		var lat []time.Duration
 		for range claims {

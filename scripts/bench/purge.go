@@ -61,7 +61,8 @@ func receiptLatencyUntil(ctx context.Context, c int, done <-chan struct{}, tag s
 	defer pool.Close()
 	keyring, err := secrets.NewKeyring(ctx, map[string]string{"billing": secret}, secrets.Literal, secrets.Options{})
 	check(err)
-	h := webhook.New(keyring, pool, quiet, nil, webhook.Config{})
+	h, err := webhook.New(pool, keyring, webhook.Config{}, quiet, nil)
+	check(err)
 	var mu sync.Mutex
 	var all []time.Duration
 	var wg sync.WaitGroup

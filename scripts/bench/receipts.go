@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/benchsql"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 	"github.com/stripe-inbox/inbox/internal/webhook"
@@ -58,7 +58,8 @@ func receiptRun(ctx context.Context, url string, c int, d time.Duration) receipt
 	warm(ctx, pool)
 	keyring, err := secrets.NewKeyring(ctx, map[string]string{"billing": secret}, secrets.Literal, secrets.Options{})
 	check(err)
-	h := webhook.New(keyring, pool, quiet, nil, webhook.Config{})
+	h, err := webhook.New(pool, keyring, webhook.Config{}, quiet, nil)
+	check(err)
 	var n atomic.Int64
 	lat := make([][]time.Duration, c)
 	var failed atomic.Int64
@@ -116,11 +117,11 @@ func functionURLRequest(id string) events.LambdaFunctionURLRequest {
 }
 
 // storeScript is the pgbench script of the receipt's limit: the webhook's
-// INSERT (inbox.StoreSQL), with a new event id each time. The payload comes
+// INSERT (benchsql.StoreSQL), with a new event id each time. The payload comes
 // from a one-row table (bench_payload, created by the caller): pgbench would
 // read the colons of a JSON literal as variables.
 func storeScript() string {
-	return "\\set id random(1, 4000000000000000000)\n" + pgbenchSQL(inbox.StoreSQL,
+	return "\\set id random(1, 4000000000000000000)\n" + pgbenchSQL(benchsql.StoreSQL,
 		"'stripe'", "'billing'", "'evt_pg_' || :client_id || '_' || :id", "'invoice.paid'", "'"+stripetest.APIVersion+"'",
 		"false", "NULL", "'in_1'", "(SELECT p FROM bench_payload)", "NULL") + ";"
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stripe-inbox/inbox/internal/benchsql"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/worker"
@@ -182,7 +183,7 @@ func loopBatch(ctx context.Context, conn *pgx.Conn, reg handlers.Registry, timeo
 	tx, err := conn.Begin(ctx)
 	check(err)
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after the commit, a no-op
-	_, err = tx.Exec(ctx, inbox.SetLocalStatementTimeoutSQL, timeout)
+	_, err = tx.Exec(ctx, benchsql.SetLocalStatementTimeoutSQL, timeout)
 	check(err)
 	keys := make([]inbox.Key, len(b))
 	for i, c := range b {

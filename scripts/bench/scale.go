@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stripe-inbox/inbox/internal/benchsql"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/worker"
@@ -68,9 +69,9 @@ func scale(ctx context.Context, out io.Writer) {
 		}
 		t.add(label, ms(pct(lat, 50)), ms(pct(lat, 99)), f0(rate), strconv.Itoa(s.Processed))
 		if withHistory {
-			plan, err := inbox.ExplainClaim(ctx, pool0(ctx), inbox.ClaimParams{MaxAttempts: worker.DefaultMaxAttempts, Limit: worker.DefaultClaimLimit, Lease: time.Hour}, "TEXT")
+			plan, err := benchsql.ExplainClaim(ctx, pool0(ctx), inbox.ClaimParams{MaxAttempts: worker.DefaultMaxAttempts, Limit: worker.DefaultClaimLimit, Lease: time.Hour}, "TEXT")
 			check(err)
-			fmt.Fprintf(out, "EXPLAIN (ANALYZE, BUFFERS) of the worker's claim (inbox.ExplainClaim, rolled back) with the history present, after the drain:\n\n```\n%s\n```\n\n", plan)
+			fmt.Fprintf(out, "EXPLAIN (ANALYZE, BUFFERS) of the worker's claim (benchsql.ExplainClaim, rolled back) with the history present, after the drain:\n\n```\n%s\n```\n\n", plan)
 		}
 	}
 	t.print(out, "table", "claim p50 ms", "claim p99 ms", "drain receipts/s (4 drainers, default batch, 30 s)", "processed")

@@ -51,8 +51,9 @@ const (
 	Other       = "evt_fx_other"     // customer.updated of OtherAPIVersion on connect: processed (ignored)
 )
 
-// Fixture is a filled database.
-type Fixture struct {
+// TestBundle is a filled database (the test bundle every operator test
+// starts from).
+type TestBundle struct {
 	DB *pgtest.Database
 	// AnomalyID is the open anomaly (payment_on_void_invoice of in_fx_2).
 	AnomalyID int64
@@ -72,7 +73,7 @@ type Fixture struct {
 const OutboxError = "MalformedDetail: detail is not valid JSON"
 
 // Seed fills db.
-func Seed(t *testing.T, db *pgtest.Database) Fixture {
+func Seed(t *testing.T, db *pgtest.Database) TestBundle {
 	t.Helper()
 	ctx := context.Background()
 	store := func(endpoint, secret string, payload []byte) {
@@ -117,7 +118,7 @@ func Seed(t *testing.T, db *pgtest.Database) Fixture {
 		_, err := db.Pool.Exec(ctx, s)
 		require.NoError(t, err)
 	}
-	var f Fixture
+	var f TestBundle
 	f.DB = db
 	outboxRow := func(aggregateID, state string) int64 {
 		t.Helper()

@@ -1,4 +1,4 @@
-package retention
+package outbox
 
 import (
 	"context"
@@ -11,12 +11,13 @@ import (
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 )
 
-// The outbox's batch must pick its rows through the partial index of
-// migrations/0004 (a partial index is usable only when the query implies its
-// predicate; the receipts' batches are checked the same way in
-// internal/inbox), and the outer statement must look the picked rows up directly
-// rather than scan the table. The tables hold enough rows, analysed, for the
-// planner to choose as it would in production.
+// The purge's batch of the outbox (deletePublished) must pick its rows
+// through the partial index of migrations/0004 (a partial index is usable
+// only when the query implies its predicate; the receipts' batches are
+// checked the same way in internal/inbox), and the outer statement must
+// look the picked rows up directly rather than scan the table. The tables
+// hold enough rows, analysed, for the planner to choose as it would in
+// production.
 func TestBatchQueriesUseTheRetentionIndexes(t *testing.T) {
 	t.Parallel()
 	db := pgtest.DB(t)
@@ -35,7 +36,7 @@ SELECT 'Invoice', 'in_' || g, 'InvoicePaymentBooked', '{}', now() - g * interval
 		query, index, outer string
 		cutoff              time.Time
 	}{
-		"outbox": {deleteOutbox, "Index Scan using outbox_published", "Index Scan using outbox_pkey", time.Now().Add(-30 * Day)},
+		"outbox": {deletePublished, "Index Scan using outbox_published", "Index Scan using outbox_pkey", time.Now().Add(-30 * 24 * time.Hour)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
