@@ -47,6 +47,7 @@ type Principal struct {
 	SessionToken    string // required on the request when set
 	ARN             string // what GetCallerIdentity answers
 	UserID          string
+	Account         string // "": Account
 }
 
 // Credentials is the principal's credentials for an aws.Config.
@@ -191,7 +192,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
     <Account>%s</Account>
   </GetCallerIdentityResult>
   <ResponseMetadata><RequestId>00000000-0000-4000-8000-000000000000</RequestId></ResponseMetadata>
-</GetCallerIdentityResponse>`, esc(p.ARN), esc(p.UserID), Account)
+</GetCallerIdentityResponse>`, esc(p.ARN), esc(p.UserID), p.account())
+}
+
+func (p Principal) account() string {
+	if p.Account != "" {
+		return p.Account
+	}
+	return Account
 }
 
 func (s *Server) violation(format string, args ...any) {
