@@ -109,6 +109,12 @@ func (b *builder) security() {
 // stsRoute is the route the store and ops functions take to STS to verify
 // proofs: an interface endpoint (the functions' subnets have no NAT), which
 // admits HTTPS from those two functions only.
+//
+// Replacing it with IPv6 egress (STS's dual-stack endpoint,
+// sts.REGION.api.aws) needs the same care: egress TCP 443 only, for these
+// two functions only; and the signers (the reconciler, inboxctl) must sign
+// for the host the verifiers call (AWS_USE_DUALSTACK_ENDPOINT on both
+// sides), since the host is part of the signature.
 func (b *builder) stsRoute() {
 	sg := awsec2.NewSecurityGroup(b.stack, jsii.String("StsEndpointSecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:              b.vpc,
