@@ -16,7 +16,7 @@ import (
 )
 
 type fnBundle struct {
-	bundle
+	testBundle
 	sts      *ststest.Server
 	operator ststest.Principal
 	fn       ops.Function
@@ -24,7 +24,7 @@ type fnBundle struct {
 
 func setupFunction(t *testing.T) fnBundle {
 	t.Helper()
-	b := fnBundle{bundle: setup(t), operator: ststest.RoleSession("AWSReservedSSO_Operators_abc", "dana@example.com", "ASIAOPERATOR")}
+	b := fnBundle{testBundle: setup(t), operator: ststest.RoleSession("AWSReservedSSO_Operators_abc", "dana@example.com", "ASIAOPERATOR")}
 	b.sts = ststest.New(t, b.operator)
 	u, err := url.Parse(b.sts.URL + "/")
 	require.NoError(t, err)
