@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stripe-inbox/inbox/internal/invokeproof/ststest"
 	"github.com/stripe-inbox/inbox/internal/ops"
 	"github.com/stripe-inbox/inbox/internal/ops/opstest"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
@@ -99,28 +100,41 @@ type cliResult struct {
 	stdout, stderr string
 }
 
+// carol is the operator inboxctl runs as (its AWS credentials), as the STS
+// stand-in knows her: an IAM user of the account the runtime emulator gives
+// the function (its InvokedFunctionArn is in 012345678912).
+var carol = ststest.Principal{
+	AccessKeyID: "AKIDE2E", SecretAccessKey: "e2e-fake-secret",
+	ARN: "arn:aws:iam::012345678912:user/carol", UserID: "AIDAE2ECAROL", Account: "012345678912",
+}
+
 // TestInboxctlAgainstAStage: inboxctl --stage e2e, with AWS credentials,
 // invokes the ops binary under the runtime emulator through the real
 // Lambda SDK (the Invoke API, reached through its endpoint setting): the
 // same commands as locally, answered by the function inside "the VPC", with
-// its changes audited under the invocation's request id; a stage that does
-// not exist and a mistake each exit 2 with what to do, changing nothing.
+// its changes (and its payload reads) audited under the IAM identity the
+// function verified with STS (the stand-in) from the proof inboxctl signs,
+// beside the name inboxctl claims, and the invocation's request id; a
+// stage that does not exist and a mistake each exit 2 with what to do,
+// changing nothing; a change without a verifiable proof is refused.
 func TestInboxctlAgainstAStage(t *testing.T) {
 	t.Parallel()
 	setup(t).binary(t, "ops")
 	bin := buildInboxctl(t)
 	fx := opstest.Seed(t, pgtest.DB(t))
+	sts := ststest.New(t, carol)
 	em := emulate(t, "ops", map[string]string{
-		"DATABASE_URL":       fx.DB.URL,
-		"MAX_ATTEMPTS":       "10",
-		"STRIPE_API_VERSION": stripetest.APIVersion,
-		"METRICS_NAMESPACE":  "StripeInboxE2E",
-		"METRICS_DIMENSIONS": "Stage=e2e",
-		"AWS_REGION":         "us-east-1",
+		"DATABASE_URL":         fx.DB.URL,
+		"MAX_ATTEMPTS":         "10",
+		"STRIPE_API_VERSION":   stripetest.APIVersion,
+		"METRICS_NAMESPACE":    "StripeInboxE2E",
+		"METRICS_DIMENSIONS":   "Stage=e2e",
+		"AWS_REGION":           "us-east-1",
+		"AWS_ENDPOINT_URL_STS": sts.URL,
 	}, 20*time.Second)
 	front := newLambdaFront(t, ops.FunctionName("e2e"), emulatorURL(em.InvokeURL))
 
-	run := func(args ...string) cliResult { t.Helper(); return runInboxctl(t, bin, front.URL, args...) }
+	run := func(args ...string) cliResult { t.Helper(); return runInboxctl(t, bin, front.URL, sts.URL, args...) }
 	decode := func(r cliResult) ops.Response {
 		t.Helper()
 		var resp ops.Response
@@ -143,7 +157,7 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 	}
 	ob := decode(run("outbox-retry", strconv.FormatInt(fx.OutboxWaiting[0], 10), "--reason", "rule fixed", "--stage", "e2e", "--json")).OutboxRetry
 	if ob.Count != 1 || len(ob.IDs) != 1 || ob.IDs[0] != fx.OutboxWaiting[0] ||
-		fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'outbox-retry' AND request_id IS NOT NULL AND actor = 'inboxctl:carol'", ob.AuditID) != 1 {
+		fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'outbox-retry' AND request_id IS NOT NULL AND actor = $2 AND principal_arn = $2 AND claimed_actor = 'carol'", ob.AuditID, carol.ARN) != 1 {
 		t.Errorf("outbox-retry through the function: %+v", ob)
 	}
 	r := run("--stage=e2e", "receipts", "--state", "needs-review")
@@ -151,8 +165,14 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 		t.Errorf("receipts: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	shown := decode(run("show", opstest.Paid, "--json", "--stage", "e2e")).Show
-	if len(shown.Receipts) != 2 || len(shown.Effects.Ledger) != 1 || shown.Effects.Ledger[0].Amount != 2500 {
+	if len(shown.Receipts) != 2 || len(shown.Effects.Ledger) != 1 || shown.Effects.Ledger[0].Amount != 2500 || shown.AuditID != 0 {
 		t.Errorf("show: %+v", shown)
+	}
+	// The payload (customer data): audited like a change.
+	shown = decode(run("show", opstest.Paid, "--payload", "--reason", "ticket 5", "--json", "--stage", "e2e")).Show
+	if len(shown.Receipts) != 2 || shown.Receipts[0].Payload == nil ||
+		fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'show-payload' AND principal_arn = $2 AND reason = 'ticket 5' AND touched ? 'webhook_inbox'", shown.AuditID, carol.ARN) != 1 {
+		t.Errorf("show --payload: audit row %d", shown.AuditID)
 	}
 
 	before := opstest.Snapshot(t, fx.DB)
@@ -164,12 +184,15 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 	if res.Count != 1 || len(res.Receipts) != 1 || res.Receipts[0].EventID != opstest.Failed1 {
 		t.Errorf("retry: %+v", res)
 	}
-	var actor, requestID string
-	if err := fx.DB.Pool.QueryRow(context.Background(), "SELECT actor, request_id FROM ops_audit WHERE id = $1 AND affected = 1 AND reason = 'deadlock fixed'", res.AuditID).Scan(&actor, &requestID); err != nil {
+	var actor, principal, principalID, claimed, requestID, touched string
+	if err := fx.DB.Pool.QueryRow(context.Background(), "SELECT actor, principal_arn, principal_id, claimed_actor, request_id, touched::text FROM ops_audit WHERE id = $1 AND affected = 1 AND reason = 'deadlock fixed'",
+		res.AuditID).Scan(&actor, &principal, &principalID, &claimed, &requestID, &touched); err != nil {
 		t.Fatalf("the audit row of the retry: %v", err)
 	}
-	if actor != "inboxctl:carol" || requestID == "" {
-		t.Errorf("audit actor %q request id %q: want inboxctl:carol and the invocation's request id", actor, requestID)
+	if actor != carol.ARN || principal != carol.ARN || principalID != carol.UserID || claimed != "carol" || requestID == "" ||
+		touched != `{"webhook_inbox": [["billing", "`+opstest.Failed1+`"]]}` {
+		t.Errorf("audit actor %q principal %q (%q) claimed %q request id %q touched %s: want carol's verified ARN, the claimed name, the invocation's request id and the receipt's key",
+			actor, principal, principalID, claimed, requestID, touched)
 	}
 	waitLog(t, em, `"request_id":"`+requestID+`"`) // the change is in the function's log under that id
 
@@ -190,6 +213,22 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, c.says) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, r.code, r.stderr, c.says)
 		}
+	}
+	// Credentials STS does not know (a made-up key): the function cannot
+	// verify who asks, and refuses the change.
+	r = runInboxctlAs(t, bin, front.URL, sts.URL, "AKIDNOBODY", "retry", opstest.NeedsReview, "--reason", "x", "--stage", "e2e")
+	if r.code != 2 || !strings.Contains(r.stderr, "your IAM identity could not be verified") || !strings.Contains(r.stderr, "InvalidClientTokenId") {
+		t.Errorf("unknown credentials: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A bare invocation (the console, aws lambda invoke) may read, not
+	// change.
+	bare := invoke(t, em, []byte(`{"command":"retry","event_id":"`+opstest.NeedsReview+`","reason":"x","actor":"carol"}`))
+	if !strings.Contains(string(bare.Body), `"kind":"unverified"`) {
+		t.Errorf("a bare retry: answered %d %s", bare.Status, bare.Body)
+	}
+	bare = invoke(t, em, []byte(`{"command":"show","event_id":"`+opstest.Paid+`"}`))
+	if !strings.Contains(string(bare.Body), `"event_id":"`+opstest.Paid+`"`) {
+		t.Errorf("a bare show: answered %d %s", bare.Status, bare.Body)
 	}
 	if opstest.Snapshot(t, fx.DB) != before {
 		t.Error("a mistake changed something")
@@ -213,18 +252,27 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-// runInboxctl runs the inboxctl binary with AWS credentials and the Lambda
-// endpoint set to lambdaURL, and nothing else from the test's environment.
-func runInboxctl(t *testing.T, bin, lambdaURL string, args ...string) cliResult {
+// runInboxctl runs the inboxctl binary with carol's AWS credentials, the
+// Lambda endpoint set to lambdaURL and STS's to stsURL (what it signs its
+// proofs for), and nothing else from the test's environment.
+func runInboxctl(t *testing.T, bin, lambdaURL, stsURL string, args ...string) cliResult {
+	t.Helper()
+	return runInboxctlAs(t, bin, lambdaURL, stsURL, carol.AccessKeyID, args...)
+}
+
+func runInboxctlAs(t *testing.T, bin, lambdaURL, stsURL, accessKey string, args ...string) cliResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	home := t.TempDir()
 	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "USER=carol", "AWS_REGION=us-east-1",
-		"AWS_ACCESS_KEY_ID=AKIDE2E", "AWS_SECRET_ACCESS_KEY=e2e-fake-secret", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_ACCESS_KEY_ID=" + accessKey, "AWS_SECRET_ACCESS_KEY=" + carol.SecretAccessKey, "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=" + filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(home, "credentials"),
 		"AWS_ENDPOINT_URL_LAMBDA=" + lambdaURL}
+	if stsURL != "" {
+		cmd.Env = append(cmd.Env, "AWS_ENDPOINT_URL_STS="+stsURL)
+	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -251,7 +299,7 @@ func TestInboxctlWhenTheStagesDatabaseIsDown(t *testing.T) {
 		"AWS_REGION":         "us-east-1",
 	}, 20*time.Second)
 	front := newLambdaFront(t, ops.FunctionName("e2e"), emulatorURL(em.InvokeURL))
-	r := runInboxctl(t, bin, front.URL, "status", "--stage", "e2e")
+	r := runInboxctl(t, bin, front.URL, "", "status", "--stage", "e2e")
 	if r.code != 1 || !strings.Contains(r.stderr, "StripeInbox-e2e-ops failed (") || !strings.Contains(r.stderr, "reading backlog") {
 		t.Errorf("exit %d, stderr %q: want 1 and the function's error", r.code, r.stderr)
 	}

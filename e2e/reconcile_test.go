@@ -3,6 +3,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -10,28 +11,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
+	"github.com/stripe-inbox/inbox/internal/invokeproof/ststest"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
 	"github.com/stripe-inbox/inbox/internal/reconcile/fakeapi"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 )
 
+// The reconciler's role, as the stand-in STS reports the reconciler
+// function's credentials (fakeAccessKey, the environment every function
+// here gets) and as the store function admits it (RECONCILER_ROLE_ARN).
+const reconcileRole = "e2e-reconcile-role"
+
+// reconcilerPrincipal is the reconciler function's identity in the STS
+// stand-in: its environment's fake credentials.
+var reconcilerPrincipal = ststest.Principal{
+	AccessKeyID:     fakeAccessKey,
+	SecretAccessKey: "e2e-fake-secret-access-key",
+	ARN:             "arn:aws:sts::" + ststest.Account + ":assumed-role/" + reconcileRole + "/inbox-reconcile",
+	UserID:          "AROAE2ERECONCILE:inbox-reconcile",
+}
+
 // storeEnv is the environment the CDK stack gives the reconciler's store
-// function, with the test's database.
-func storeEnv(db *pgtest.Database) map[string]string {
+// function, with the test's database and the STS stand-in it verifies
+// proofs with.
+func storeEnv(db *pgtest.Database, sts *ststest.Server) map[string]string {
 	return map[string]string{
-		"DATABASE_URL":        db.URL,
-		"RECONCILE_ENDPOINTS": "billing",
-		"DB_MAX_CONNS":        "2",
-		"METRICS_NAMESPACE":   "StripeInboxE2E",
-		"METRICS_DIMENSIONS":  "Stage=e2e",
-		"AWS_REGION":          "us-east-1",
+		"DATABASE_URL":         db.URL,
+		"RECONCILE_ENDPOINTS":  "billing",
+		"RECONCILER_ROLE_ARN":  ststest.RoleARN(reconcileRole),
+		"AWS_ENDPOINT_URL_STS": sts.URL,
+		"DB_MAX_CONNS":         "2",
+		"METRICS_NAMESPACE":    "StripeInboxE2E",
+		"METRICS_DIMENSIONS":   "Stage=e2e",
+		"AWS_REGION":           "us-east-1",
 	}
 }
 
-func storeRequest(t *testing.T, req reconcile.StoreRequest) []byte {
+// provenStoreRequest is req as the reconciler sends it: in an envelope with its
+// proof, signed with who's credentials for the STS stand-in.
+func provenStoreRequest(t *testing.T, sts *ststest.Server, who ststest.Principal, req reconcile.StoreRequest, at time.Time) []byte {
 	t.Helper()
-	b, err := json.Marshal(req)
+	signer := invokeproof.NewSigner(sts.Config(who))
+	signer.Now = func() time.Time { return at }
+	env, err := signer.Sign(context.Background(), reconcile.StoreAudience, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +74,11 @@ func TestReconcileStoreFunction(t *testing.T) {
 	t.Parallel()
 	setup(t).binary(t, "reconcilestore")
 	db := pgtest.DB(t)
-	em := emulate(t, "reconcilestore", storeEnv(db), 20*time.Second)
+	sts := ststest.New(t, reconcilerPrincipal)
+	em := emulate(t, "reconcilestore", storeEnv(db, sts), 20*time.Second)
+	storeRequest := func(t *testing.T, req reconcile.StoreRequest) []byte {
+		return provenStoreRequest(t, sts, reconcilerPrincipal, req, time.Now())
+	}
 
 	var page []json.RawMessage
 	for i := range 3 {
@@ -87,6 +119,73 @@ func TestReconcileStoreFunction(t *testing.T) {
 	}
 }
 
+// TestReconcileStoreFunctionRefusesUnprovenRequests: the store function's
+// binary, invoked with a forged request (a developer's genuine credentials,
+// an invoice.paid of their own), the reconciler's proof over another page,
+// a request without a proof (the shape before this release), the
+// reconciler's request signed ten minutes ago (a replay), and the
+// reconciler's request now: only the last stores. Each refusal fails the
+// invocation with its reason and is counted (InvokeProofRefused).
+func TestReconcileStoreFunctionRefusesUnprovenRequests(t *testing.T) {
+	t.Parallel()
+	setup(t).binary(t, "reconcilestore")
+	db := pgtest.DB(t)
+	developer := ststest.RoleSession("Developer", "dev@example.com", "ASIAE2EDEVELOPER")
+	sts := ststest.New(t, reconcilerPrincipal, developer)
+	em := emulate(t, "reconcilestore", storeEnv(db, sts), 20*time.Second)
+
+	page := func(id string) reconcile.StoreRequest {
+		return reconcile.StoreRequest{Op: reconcile.OpStore, Endpoint: "billing", Events: []json.RawMessage{
+			stripetest.Event(id, "invoice.paid", stripetest.Invoice("in_"+id, "cus_1", "paid", 990000)),
+		}}
+	}
+	refused := func(what string, payload []byte, reason string) {
+		t.Helper()
+		resp := invoke(t, em, payload)
+		if !strings.Contains(string(resp.Body), "refused: the request is not proven to come from the reconciler ("+reason+")") {
+			t.Fatalf("%s: answered %d %s, want a refusal (%s)", what, resp.Status, resp.Body, reason)
+		}
+	}
+	refused("a developer's request", provenStoreRequest(t, sts, developer, page("evt_forged"), time.Now()), "principal")
+
+	var env invokeproof.Envelope
+	if err := json.Unmarshal(provenStoreRequest(t, sts, reconcilerPrincipal, page("evt_real"), time.Now()), &env); err != nil {
+		t.Fatal(err)
+	}
+	swapped, _ := json.Marshal(page("evt_swapped"))
+	forged, _ := json.Marshal(invokeproof.Envelope{Payload: swapped, Proof: env.Proof})
+	refused("the reconciler's proof over another page", forged, "forged")
+
+	bare, _ := json.Marshal(page("evt_bare"))
+	refused("a request without a proof", bare, "missing")
+
+	refused("a replayed request", provenStoreRequest(t, sts, reconcilerPrincipal, page("evt_old"), time.Now().Add(-10*time.Minute)), "stale")
+
+	if n := db.Count(t, "webhook_inbox", ""); n != 0 {
+		t.Fatalf("%d receipts stored by refused requests", n)
+	}
+
+	valid, _ := json.Marshal(env)
+	resp := invoke(t, em, valid)
+	var got reconcile.StoreResponse
+	if resp.Status != 200 || json.Unmarshal(resp.Body, &got) != nil || got.Counts == nil || got.Counts.Stored != 1 {
+		t.Fatalf("the reconciler's request: answered %d %s", resp.Status, resp.Body)
+	}
+	if n := db.Count(t, "webhook_inbox", "event_id = 'evt_real' AND source = 'reconcile'"); n != 1 || db.Count(t, "webhook_inbox", "") != 1 {
+		t.Fatalf("want exactly evt_real stored")
+	}
+	waitLog(t, em, `"InvokeProofRefused":1`)
+	for _, reason := range []string{"principal", "forged", "missing", "stale"} {
+		waitLog(t, em, `"Reason":"`+reason+`"`)
+	}
+	if got := strings.Count(em.Log(), `"InvokeProofRefused":1`); got != 8 { // total + by reason, four times
+		t.Errorf("%d InvokeProofRefused lines, want 8", got)
+	}
+	if coldStarts(em) != 1 {
+		t.Errorf("%d cold starts: a refusal must not crash the function", coldStarts(em))
+	}
+}
+
 // TestReconcilerHandsPagesToTheStoreFunction: the reconciler's binary
 // (outside the VPC in AWS) lists the stand-in Events API and hands each page
 // to the store function's binary through the real Lambda client
@@ -97,7 +196,8 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 	setup(t).binary(t, "reconcile")
 	setup(t).binary(t, "reconcilestore")
 	db := pgtest.DB(t)
-	store := emulate(t, "reconcilestore", storeEnv(db), 20*time.Second)
+	sts := ststest.New(t, reconcilerPrincipal)
+	store := emulate(t, "reconcilestore", storeEnv(db, sts), 20*time.Second)
 	u, err := url.Parse(store.InvokeURL)
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +220,7 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 		"STRIPE_API_BASE":                  api.URL,
 		"STORE_FUNCTION":                   "function", // the emulator's function name in its invoke path
 		"AWS_ENDPOINT_URL_LAMBDA":          "http://" + u.Host,
+		"AWS_ENDPOINT_URL_STS":             sts.URL, // what it signs its proofs for
 		"AWS_ACCESS_KEY_ID":                fakeAccessKey,
 		"AWS_SECRET_ACCESS_KEY":            "e2e-fake-secret-access-key",
 		"AWS_REGION":                       "us-east-1",
@@ -141,6 +242,17 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 	waitLog(t, rec, "it is not a Stripe API key: store a restricted key with read access to events")
 	if n := db.Count(t, "webhook_inbox", ""); n != 0 {
 		t.Fatalf("%d receipts stored without a key", n)
+	}
+
+	// A full secret key is refused in AWS: it asks for a restricted one.
+	sm.set(keyARN, "sk_test_e2e")
+	resp = invoke(t, rec, scheduledEvent("reconcile"))
+	if resp.Status == 200 && !strings.Contains(string(resp.Body), "errorMessage") {
+		t.Fatalf("with an sk_ key the reconciler ran: %d %s", resp.Status, resp.Body)
+	}
+	waitLog(t, rec, "a full Stripe secret key (sk_...) is not accepted here: create a restricted key (rk_...) with only Events: Read")
+	if n := db.Count(t, "webhook_inbox", ""); n != 0 {
+		t.Fatalf("%d receipts stored with a full secret key", n)
 	}
 
 	sm.set(keyARN, "rk_test_e2e")

@@ -27,6 +27,8 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 				m[k] = "billing=arn:aws:secretsmanager:eu-west-1:123456789012:secret:billing-AbCdEf"
 			case "DB_PROXY_HOST":
 				m[k] = "inbox.proxy-abc.eu-west-1.rds.amazonaws.com"
+			case "RECONCILER_ROLE_ARN":
+				m[k] = "arn:aws:iam::123456789012:role/StripeInbox-dev-ReconcileFunctionServiceRole-AbCdEf"
 			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN", "LEGACY_DB_SECRET_ARN", "OPS_DB_SECRET_ARN",
 				"RECONCILE_DB_SECRET_ARN", "STRIPE_API_KEY_SECRET_ARN":
 				m[k] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:" + strings.ToLower(k) + "-AbCdEf"
@@ -44,7 +46,7 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 // error after a deploy.
 func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*synthesized{dev, prod, natDev, retired} {
+	for _, s := range []*synthesized{dev, prod, natDev, retired, live} {
 		fns := s.appFunctions(t)
 		_, err := config.LoadWebhook(resolvedEnv(t, fns["webhook"]))
 		require.NoError(t, err, "webhook")

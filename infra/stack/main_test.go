@@ -23,9 +23,10 @@ type synthesized struct {
 }
 
 // The stacks every test reads: dev (two endpoints, an alarm e-mail), prod
-// (defaults), dev with nat=true, and dev with retireLegacyAppRole=true and
-// outboxRelay=false.
-var dev, prod, natDev, retired *synthesized
+// (defaults), dev with nat=true and keepLegacyAppRole=true (the one upgrade
+// deploy), dev with the former retireLegacyAppRole=true and
+// outboxRelay=false, and a live stage that is not called prod.
+var dev, prod, natDev, retired, live *synthesized
 
 func TestMain(m *testing.M) {
 	// The machine's Node 20 is past jsii's end of support (2026-10-30); the
@@ -81,7 +82,8 @@ func synthesizeAll() (func(*testing.M) int, error) {
 		{&dev, map[string]any{"stage": "dev", "endpoints": "billing,connect", "alarmEmail": "ops@example.com"}},
 		{&prod, map[string]any{"stage": "prod"}},
 		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true", "outboxRelay": "false"}},
-		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "latencyP99Alarm": "10s"}},
+		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "latencyP99Alarm": "10s", "keepLegacyAppRole": "true"}},
+		{&live, map[string]any{"stage": "production", "stripeMode": "live"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))
 	for i, v := range variants {
@@ -137,7 +139,7 @@ func featureFlags() (map[string]any, error) {
 
 func TestNagFindings(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*synthesized{dev, prod, natDev, retired} {
+	for _, s := range []*synthesized{dev, prod, natDev, retired, live} {
 		for _, e := range s.nagErrors {
 			t.Errorf("%s: %s", s.settings.Stage, e)
 		}

@@ -169,6 +169,7 @@ func (b *builder) monitoring() {
 		})
 	}
 	specs = append(specs, b.reconcileAlarms()...)
+	specs = append(specs, b.securityAlarms()...)
 	if b.s.LatencyP99Alarm > 0 {
 		specs = append(specs, alarmSpec{
 			id: "ReceiptLatencyAlarm",

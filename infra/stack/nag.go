@@ -49,17 +49,17 @@ func (b *builder) suppressNagFindings() {
 		reason: "PostgreSQL keeps its default port 5432: the instance is in isolated subnets and its security group " +
 			"admits only the RDS Proxy, so a different port would hide nothing",
 	}}
-	if !b.s.Prod() {
+	if !b.s.Protected() {
 		database = append(database,
 			suppression{
 				id: "AwsSolutions-RDS3",
-				reason: "Non-production stage: a single-AZ instance halves the cost; prod (and -c multiAz=true) " +
-					"runs Multi-AZ",
+				reason: "Test-mode stage (stripeMode=test, no real money): a single-AZ instance halves the cost; every " +
+					"stripeMode=live stage (and -c multiAz=true) runs Multi-AZ",
 			},
 			suppression{
 				id: "AwsSolutions-RDS10",
-				reason: "Non-production stage: deletion protection is off so `cdk destroy` can remove the stack; " +
-					"prod turns it on and snapshots on delete",
+				reason: "Test-mode stage (stripeMode=test, no real money): deletion protection is off so `cdk destroy` can " +
+					"remove the stack; every stripeMode=live stage turns it on and snapshots on delete",
 			},
 		)
 	}

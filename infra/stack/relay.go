@@ -46,7 +46,7 @@ func (b *builder) outboxRelay() {
 		Description:      jsii.String("EventBridge endpoint: HTTPS from the worker (outbox relay)"),
 		AllowAllOutbound: jsii.Bool(false),
 	})
-	b.vpc.AddInterfaceEndpoint(jsii.String("EventBridgeEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
+	b.eventsEndpoint = b.vpc.AddInterfaceEndpoint(jsii.String("EventBridgeEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
 		Service:           awsec2.InterfaceVpcEndpointAwsService_EVENTBRIDGE(),
 		Subnets:           b.appSubnets,
 		PrivateDnsEnabled: jsii.Bool(true),

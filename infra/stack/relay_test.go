@@ -105,7 +105,7 @@ func TestOutboxRelayOff(t *testing.T) {
 	require.False(t, retired.settings.OutboxRelay)
 	require.Empty(t, retired.resources("AWS::Events::EventBus"))
 	require.Empty(t, retired.resources("AWS::Events::Archive"))
-	require.Len(t, retired.resources("AWS::EC2::VPCEndpoint"), 1, "Secrets Manager only")
+	require.Len(t, retired.resources("AWS::EC2::VPCEndpoint"), 2, "Secrets Manager and STS only")
 	require.NotContains(t, environment(retired.appFunctions(t)["worker"]), "OUTBOX_BUS")
 	require.NotContains(t, asJSON(t, retired.template), "events:PutEvents")
 	require.NotContains(t, asJSON(t, retired.template), "OutboxBacklogAge")

@@ -22,8 +22,9 @@ import (
 // named in the field's comment, with its default.
 type Settings struct {
 	// Stage names the deployment (stage; default dev). It is part of the
-	// stack name and the Stage metric dimension. "prod" turns on deletion
-	// protection, snapshot-on-delete, multi-AZ and longer retention.
+	// stack name and the Stage metric dimension. Data protection follows
+	// StripeMode, not this name (see Protected); "prod" only makes live the
+	// default mode.
 	Stage string
 	// DBInstanceType is the RDS instance class without the "db." prefix
 	// (dbInstanceType; default t4g.micro).
@@ -31,8 +32,8 @@ type Settings struct {
 	// DBStorageGiB is the initial allocated storage (dbStorageGiB; default
 	// 20); storage autoscaling may grow it to 5x.
 	DBStorageGiB int
-	// MultiAZ runs a standby in the second AZ (multiAz; default true for
-	// prod, false otherwise).
+	// MultiAZ runs a standby in the second AZ (multiAz; default true when
+	// stripeMode=live, false otherwise).
 	MultiAZ bool
 	// AlarmEmail, when set, subscribes that address to the alarm topic
 	// (alarmEmail; default none).
@@ -42,7 +43,8 @@ type Settings struct {
 	// receipt outlives Stripe's 3-day retry window).
 	RetentionDays int
 	// LogRetentionDays is the functions' log retention (logRetentionDays;
-	// default 90 for prod, 30 otherwise; one of CloudWatch's values).
+	// default 90 when stripeMode=live, 30 otherwise; one of CloudWatch's
+	// values).
 	LogRetentionDays int
 	// WorkerSchedule and PurgeSchedule are EventBridge schedule expressions
 	// (workerSchedule; default rate(1 minute). purgeSchedule; default
@@ -75,19 +77,23 @@ type Settings struct {
 	// StripeMode is the Stripe mode this deployment books (stripeMode;
 	// "live" or "test"; default live for stage prod, test otherwise). It
 	// becomes STRIPE_MODE of the worker: events of the other mode are stored
-	// and marked processed, never booked.
+	// and marked processed, never booked. live turns on the data protection
+	// (Protected), whatever the stage's name.
 	StripeMode string
 	// RetireLegacyAppRole retires inbox_app, the database role the
-	// functions of releases before the per-function roles shared
-	// (retireLegacyAppRole; default false). While false, a database that has
-	// inbox_app keeps it working exactly as that release left it (its
-	// secret stays registered with the proxy, each function may still
-	// connect as it), so the functions CloudFormation is replacing, or
-	// rolls back to, keep reaching the database; a database without it
-	// (a stack created since) never gets it. Set it to true in a later
-	// deploy, once the functions run as their own roles: the migrate step
-	// then strips inbox_app and makes it NOLOGIN, and its secret leaves the
-	// proxy and the stack. A new stack may set it from its first deploy.
+	// functions of releases before the per-function roles shared: the
+	// migrate step strips it and makes it NOLOGIN, no role may connect as
+	// it, and its secret leaves the proxy and the stack. It is the default;
+	// keepLegacyAppRole=true (false by default) turns it off for exactly
+	// one deploy: the upgrade from the shared-role release, while
+	// CloudFormation replaces (or rolls back to) functions that log in as
+	// inbox_app. That deploy keeps inbox_app working as that release left it
+	// (a database without it never gets it); the next deploy, without the
+	// setting, retires it. The migrate step refuses to retire the role while
+	// the functions' own roles do not exist yet, so forgetting the setting
+	// fails the upgrade (and rolls it back) rather than locking the running
+	// functions out. retireLegacyAppRole=true, the former opt-in, is
+	// accepted and changes nothing.
 	RetireLegacyAppRole bool
 	// WorkerPollInterval makes each scheduled worker invocation resident
 	// (workerPollInterval; default 250ms; 0 = scheduled-only: return once
@@ -154,13 +160,27 @@ type Settings struct {
 	Reconcile         bool
 	ReconcileSchedule string
 	ReconcileEndpoint string
+	// ScrubPayloadAfterDays scrubs the payload of processed receipts this
+	// many days after processing, before the purge deletes them
+	// (scrubPayloadAfterDays; default 7 when retentionDays is longer, else 0
+	// = off; otherwise at least 4 and less than retentionDays). It becomes
+	// the purge's SCRUB_PAYLOAD_AFTER_DAYS. See security.go.
+	ScrubPayloadAfterDays int
+	// CloudTrailDataEvents records every Invoke of the ops and store
+	// functions, with the caller's IAM identity, in a CloudTrail trail of
+	// the stack's own (cloudTrailDataEvents; default true when
+	// stripeMode=live). See security.go.
+	CloudTrailDataEvents bool
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
 }
 
-// Prod reports whether this is the production stage.
-func (s Settings) Prod() bool { return s.Stage == "prod" }
+// Protected reports whether the stage books real money (stripeMode=live):
+// deletion protection, snapshot-on-delete, retained log groups, secrets and
+// bus, longer backups and Multi-AZ by default, and cdk-nag's RDS checks
+// enforced, whatever the stage is called.
+func (s Settings) Protected() bool { return s.StripeMode == "live" }
 
 // StackName is the CloudFormation stack name for the stage.
 func (s Settings) StackName() string { return "StripeInbox-" + s.Stage }
@@ -195,20 +215,21 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 		r.addf("stage=%q: must be lower-case letters, digits and -, starting with a letter, at most 20 (e.g. dev, staging, prod)", s.Stage)
 		s.Stage = "dev"
 	}
-	prod := s.Stage == "prod"
+	s.StripeMode = r.stripeMode(s.Stage)
+	live := s.StripeMode == "live"
 	s.DBInstanceType = r.str("dbInstanceType", "t4g.micro")
 	if !instanceType.MatchString(s.DBInstanceType) || strings.HasPrefix(s.DBInstanceType, "db.") {
 		r.addf("dbInstanceType=%q: must be an instance class without the db. prefix, e.g. t4g.micro or m7g.large", s.DBInstanceType)
 	}
 	s.DBStorageGiB = r.integer("dbStorageGiB", 20, 20, 6000)
-	s.MultiAZ = r.boolean("multiAz", prod)
+	s.MultiAZ = r.boolean("multiAz", live)
 	s.AlarmEmail = r.str("alarmEmail", "")
 	if s.AlarmEmail != "" && !email.MatchString(s.AlarmEmail) {
 		r.addf("alarmEmail=%q: must be one e-mail address", s.AlarmEmail)
 	}
 	s.RetentionDays = r.integer("retentionDays", 30, 4, 3650)
 	defaultLogs := 30
-	if prod {
+	if live {
 		defaultLogs = 90
 	}
 	s.LogRetentionDays = r.integer("logRetentionDays", defaultLogs, 1, 3653)
@@ -232,16 +253,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	if !namespace.MatchString(s.MetricsNamespace) || strings.HasPrefix(s.MetricsNamespace, "AWS/") {
 		r.addf("metricsNamespace=%q: must be a custom CloudWatch namespace (letters, digits, . _ - / # :), not AWS/...", s.MetricsNamespace)
 	}
-	defaultMode := "test"
-	if prod {
-		defaultMode = "live"
-	}
-	s.StripeMode = r.str("stripeMode", defaultMode)
-	if !slices.Contains(StripeModes, s.StripeMode) {
-		r.addf("stripeMode=%q: must be live (book live-mode events: real money) or test (book test-mode events); default live for stage prod, test otherwise", s.StripeMode)
-		s.StripeMode = defaultMode
-	}
-	s.RetireLegacyAppRole = r.boolean("retireLegacyAppRole", false)
+	r.legacyAppRole(&s)
 	s.WorkerPollInterval = r.fineDuration("workerPollInterval", 250*time.Millisecond, 10*time.Millisecond, time.Minute, true)
 	s.WorkerTimeout = r.duration("workerTimeout", 100*time.Second, 10*time.Second, 15*time.Minute)
 	s.WorkerReservedConcurrency = r.integer("workerReservedConcurrency", 3, 1, 100)
@@ -258,6 +270,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 		r.addf("unnamedApiReleases: %v", err)
 	}
 	r.reconcileSettings(&s)
+	r.securitySettings(&s)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))

@@ -37,7 +37,9 @@ func TestSettingsDefaults(t *testing.T) {
 		DBConnectionsAlarm:         80,
 		MetricsNamespace:           "StripeInbox",
 		StripeMode:                 "test",
-		RetireLegacyAppRole:        false,
+		RetireLegacyAppRole:        true,
+		ScrubPayloadAfterDays:      7,
+		CloudTrailDataEvents:       false,
 		WorkerPollInterval:         250 * time.Millisecond,
 		WorkerTimeout:              100 * time.Second,
 		WorkerReservedConcurrency:  3,
@@ -49,10 +51,29 @@ func TestSettingsDefaults(t *testing.T) {
 
 	p, err := SettingsFromContext(lookup(map[string]any{"stage": "prod"}))
 	require.NoError(t, err)
-	require.True(t, p.Prod())
+	require.True(t, p.Protected())
 	require.True(t, p.MultiAZ)
 	require.Equal(t, 90, p.LogRetentionDays)
+	require.True(t, p.CloudTrailDataEvents)
 	require.Equal(t, "live", p.StripeMode, "prod books live money by default")
+
+	// The protection follows the money, not the name.
+	for _, tc := range []struct {
+		context   map[string]any
+		protected bool
+	}{
+		{map[string]any{"stage": "production", "stripeMode": "live"}, true},
+		{map[string]any{"stage": "eu", "stripeMode": "live"}, true},
+		{map[string]any{"stage": "prod", "stripeMode": "test"}, false},
+		{map[string]any{"stage": "staging"}, false},
+	} {
+		s, err := SettingsFromContext(lookup(tc.context))
+		require.NoError(t, err, tc.context)
+		require.Equal(t, tc.protected, s.Protected(), tc.context)
+		require.Equal(t, tc.protected, s.MultiAZ, tc.context)
+		require.Equal(t, tc.protected, s.CloudTrailDataEvents, tc.context)
+		require.Equal(t, map[bool]int{true: 90, false: 30}[tc.protected], s.LogRetentionDays, tc.context)
+	}
 }
 
 func TestSettingsStripeMode(t *testing.T) {
@@ -129,7 +150,7 @@ func TestSettingsRejectInvalidContext(t *testing.T) {
 		{"log retention CloudWatch lacks", map[string]any{"logRetentionDays": "31"}, "logRetentionDays=31"},
 		{"AWS namespace", map[string]any{"metricsNamespace": "AWS/Lambda"}, "metricsNamespace"},
 		{"reserved concurrency zero", map[string]any{"webhookReservedConcurrency": 0.0}, "webhookReservedConcurrency=0"},
-		{"retire not a bool", map[string]any{"retireLegacyAppRole": "inbox_app"}, "retireLegacyAppRole=inbox_app: must be true or false (default false)"},
+		{"retire not a bool", map[string]any{"retireLegacyAppRole": "inbox_app"}, "retireLegacyAppRole=inbox_app: must be true or false (default true)"},
 		{"resident worker leaves a gap", map[string]any{"workerTimeout": "90s"},
 			"workerTimeout=1m30s: a resident worker polls until the timeout minus its DEADLINE_MARGIN (30s), which must be at least 5s longer than the schedule's period (rate(1 minute) = 1m0s)"},
 		{"overlap shorter than a cold start", map[string]any{"workerTimeout": "91s"}, "workerTimeout=1m31s: a resident worker polls until"},

@@ -96,6 +96,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.opsFunction()
 	b.outboxRelay()
 	b.reconcile()
+	b.security()
 	b.migrateOnDeploy()
 	b.schedules()
 	b.monitoring()
@@ -109,12 +110,16 @@ type builder struct {
 	stack awscdk.Stack
 	s     Settings
 
-	vpc          awsec2.Vpc
-	appSubnets   *awsec2.SubnetSelection
-	dataSubnets  *awsec2.SubnetSelection
-	endpoint     awsec2.InterfaceVpcEndpoint
-	endpointSG   awsec2.SecurityGroup
-	flowLogGroup awslogs.LogGroup
+	vpc         awsec2.Vpc
+	appSubnets  *awsec2.SubnetSelection
+	dataSubnets *awsec2.SubnetSelection
+	endpoint    awsec2.InterfaceVpcEndpoint // Secrets Manager
+	endpointSG  awsec2.SecurityGroup
+	// eventsEndpoint (nil with outboxRelay=false) and stsEndpoint: see
+	// relay.go and security.go.
+	eventsEndpoint awsec2.InterfaceVpcEndpoint
+	stsEndpoint    awsec2.InterfaceVpcEndpoint
+	flowLogGroup   awslogs.LogGroup
 
 	db          awsrds.DatabaseInstance
 	dbSG        awsec2.SecurityGroup
@@ -138,7 +143,7 @@ type builder struct {
 }
 
 func (b *builder) removal() awscdk.RemovalPolicy {
-	if b.s.Prod() {
+	if b.s.Protected() {
 		return awscdk.RemovalPolicy_RETAIN
 	}
 	return awscdk.RemovalPolicy_DESTROY
@@ -220,7 +225,7 @@ func (b *builder) database() {
 	})
 	dbRemoval := awscdk.RemovalPolicy_DESTROY
 	backupDays := 7.0
-	if b.s.Prod() {
+	if b.s.Protected() {
 		dbRemoval = awscdk.RemovalPolicy_SNAPSHOT
 		backupDays = 14
 	}
@@ -240,7 +245,7 @@ func (b *builder) database() {
 		MaxAllocatedStorage:     jsii.Number(float64(5 * b.s.DBStorageGiB)),
 		PubliclyAccessible:      jsii.Bool(false),
 		MultiAz:                 jsii.Bool(b.s.MultiAZ),
-		DeletionProtection:      jsii.Bool(b.s.Prod()),
+		DeletionProtection:      jsii.Bool(b.s.Protected()),
 		RemovalPolicy:           dbRemoval,
 		BackupRetention:         awscdk.Duration_Days(jsii.Number(backupDays)),
 		CopyTagsToSnapshot:      jsii.Bool(true),
@@ -400,7 +405,7 @@ func (b *builder) lambdas() {
 			env: map[string]string{
 				"RETENTION_DAYS":           fmt.Sprint(b.s.RetentionDays),
 				"PURGE_BATCH_SIZE":         "1000",
-				"SCRUB_PAYLOAD_AFTER_DAYS": "0",
+				"SCRUB_PAYLOAD_AFTER_DAYS": fmt.Sprint(b.s.ScrubPayloadAfterDays),
 			},
 			maxEventAge: awscdk.Duration_Hours(jsii.Number(1)),
 		},
@@ -488,9 +493,12 @@ func (b *builder) newFunction(f function) awslambda.Function {
 	for _, k := range keys {
 		env[k] = jsii.String(f.env[k])
 	}
+	// No egress but the rules the grants add: RDS Proxy on 5432, HTTPS to
+	// the endpoints of the services the function calls (security.go).
 	sg := awsec2.NewSecurityGroup(b.stack, jsii.String(id+"SecurityGroup"), &awsec2.SecurityGroupProps{
-		Vpc:         b.vpc,
-		Description: jsii.String(fmt.Sprintf("%s function: egress to RDS Proxy and Secrets Manager", f.name)),
+		Vpc:              b.vpc,
+		Description:      jsii.String(fmt.Sprintf("%s function: egress only to RDS Proxy and the endpoints it calls", f.name)),
+		AllowAllOutbound: jsii.Bool(false),
 	})
 	logs := awslogs.NewLogGroup(b.stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
 		Retention:     retention(b.s.LogRetentionDays),

@@ -84,14 +84,18 @@ func asJSON(t *testing.T, v any) string {
 
 func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*synthesized{dev, prod} {
+	for _, s := range []*synthesized{dev, prod, natDev} {
 		_, proxy := s.one(t, "AWS::RDS::DBProxy", "Proxy")
 		p := props(proxy)
 		require.Equal(t, true, p["RequireTLS"])
 		require.Equal(t, "POSTGRESQL", p["EngineFamily"])
 		require.Equal(t, ProxyName(s.settings.StackName()), p["DBProxyName"])
 		auth := p["Auth"].([]any)
-		require.Len(t, auth, 7, "the master's secret, one per function's user (ops and the reconciler's store function's too), and the earlier release's shared user's")
+		if s.settings.RetireLegacyAppRole {
+			require.Len(t, auth, 6, "the master's secret and one per function's user (ops and the reconciler's store function's too)")
+		} else {
+			require.Len(t, auth, 7, "the master's secret, one per function's user, and the earlier release's shared user's")
+		}
 		for _, a := range auth {
 			require.Equal(t, "REQUIRED", a.(map[string]any)["IAMAuth"])
 			require.Equal(t, "SECRETS", a.(map[string]any)["AuthScheme"])
@@ -102,11 +106,15 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 			require.Contains(t, asJSON(t, props(s.resources("AWS::SecretsManager::Secret")[secret])["GenerateSecretString"]),
 				`\"username\":\"`+functionUsers[fn]+`\"`, fn)
 		}
-		// The earlier release's secret stays, as it was: the same logical
-		// ID (so CloudFormation neither replaces nor deletes it, and the
-		// password the role has stays valid) and the same user.
+		if s.settings.RetireLegacyAppRole {
+			continue
+		}
+		// With keepLegacyAppRole=true the earlier release's secret stays,
+		// as it was: the same logical ID (so CloudFormation neither
+		// replaces nor deletes it, and the password the role has stays
+		// valid) and the same user.
 		app := s.resources("AWS::SecretsManager::Secret")[legacySecretID]
-		require.NotNil(t, app, "the shared user's secret is kept until retireLegacyAppRole=true")
+		require.NotNil(t, app, "the shared user's secret is kept with keepLegacyAppRole=true")
 		require.Contains(t, asJSON(t, props(app)["GenerateSecretString"]), `\"username\":\"`+LegacyAppUser+`\"`)
 		require.Contains(t, asJSON(t, auth), `{"Ref":"`+legacySecretID+`"}`)
 	}
@@ -121,31 +129,39 @@ func TestProxyRequiresTLSAndIAMAuth(t *testing.T) {
 // with a new password and delete the one the previous functions use.
 const legacySecretID = "AppUserSecret4AC93B38"
 
-// TestRetireLegacyAppRole: with retireLegacyAppRole=true the shared user's
-// secret leaves the proxy and the stack, nobody may connect as it, and the
-// migrate function retires it (RETIRED_DB_USERS) instead of keeping it.
-func TestRetireLegacyAppRole(t *testing.T) {
+// TestNoRoleMayConnectAsTheSharedLoginByDefault: by default (and with the
+// former retireLegacyAppRole=true) the shared user's secret is not in the
+// proxy or the stack, no role may connect as it, and the migrate function
+// retires it (RETIRED_DB_USERS). Only keepLegacyAppRole=true, for the one
+// upgrade deploy, keeps it, with a synth warning.
+func TestNoRoleMayConnectAsTheSharedLoginByDefault(t *testing.T) {
 	t.Parallel()
-	_, proxy := retired.one(t, "AWS::RDS::DBProxy", "Proxy")
-	auth := props(proxy)["Auth"].([]any)
-	require.Len(t, auth, 6, "the master's secret and one per function's user (ops and the reconciler's store function's too)")
-	require.NotContains(t, retired.resources("AWS::SecretsManager::Secret"), legacySecretID)
-	for id, secret := range retired.resources("AWS::SecretsManager::Secret") {
-		require.NotContains(t, asJSON(t, props(secret)), LegacyAppUser, id)
+	for _, s := range []*synthesized{dev, prod, retired, live} {
+		require.True(t, s.settings.RetireLegacyAppRole, s.settings.Stage)
+		_, proxy := s.one(t, "AWS::RDS::DBProxy", "Proxy")
+		auth := props(proxy)["Auth"].([]any)
+		require.Len(t, auth, 6, "the master's secret and one per function's user (ops and the reconciler's store function's too)")
+		require.NotContains(t, s.resources("AWS::SecretsManager::Secret"), legacySecretID)
+		for id, secret := range s.resources("AWS::SecretsManager::Secret") {
+			require.NotContains(t, asJSON(t, props(secret)), LegacyAppUser, id)
+		}
+		for id, sts := range s.statements() {
+			require.NotContains(t, asJSON(t, sts), "/"+LegacyAppUser+`"`, "%s: %s may connect as the shared login", s.settings.Stage, id)
+		}
+		migrate := environment(s.appFunctions(t)["migrate"])
+		require.Equal(t, LegacyAppUser, migrate["RETIRED_DB_USERS"])
+		require.NotContains(t, migrate, "LEGACY_DB_USER")
+		require.NotContains(t, migrate, "LEGACY_DB_SECRET_ARN")
+		// Nothing else changes: the functions keep their own users.
+		for name, fn := range s.appFunctions(t) {
+			require.Equal(t, environment(natDev.appFunctions(t)[name])["DB_USER"], environment(fn)["DB_USER"], name)
+		}
 	}
-	for id, sts := range retired.statements() {
-		require.NotContains(t, asJSON(t, sts), "/"+LegacyAppUser+`"`, id)
-	}
-	migrate := environment(retired.appFunctions(t)["migrate"])
-	require.Equal(t, LegacyAppUser, migrate["RETIRED_DB_USERS"])
-	require.NotContains(t, migrate, "LEGACY_DB_USER")
-	require.NotContains(t, migrate, "LEGACY_DB_SECRET_ARN")
-
-	// Nothing else changes: the functions keep their own users.
-	for name, fn := range retired.appFunctions(t) {
-		require.Equal(t, environment(dev.appFunctions(t)[name])["DB_USER"], environment(fn)["DB_USER"], name)
-	}
-	require.False(t, dev.settings.RetireLegacyAppRole, "the default keeps the shared user")
+	// The upgrade deploy keeps it working.
+	require.False(t, natDev.settings.RetireLegacyAppRole)
+	migrate := environment(natDev.appFunctions(t)["migrate"])
+	require.Equal(t, LegacyAppUser, migrate["LEGACY_DB_USER"])
+	require.NotContains(t, migrate, "RETIRED_DB_USERS")
 }
 
 func first(m map[string]resource) resource {
@@ -245,15 +261,18 @@ func TestEnvironmentContract(t *testing.T) {
 			require.NotContains(t, environment(fn), "STRIPE_MODE", "%s does not start a worker", name)
 		}
 	}
-	require.Equal(t, map[string]any{"RETENTION_DAYS": "30", "PURGE_BATCH_SIZE": "1000", "SCRUB_PAYLOAD_AFTER_DAYS": "0"},
+	require.Equal(t, map[string]any{"RETENTION_DAYS": "30", "PURGE_BATCH_SIZE": "1000", "SCRUB_PAYLOAD_AFTER_DAYS": "7"},
 		pick(environment(fns["purge"]), "RETENTION_DAYS", "PURGE_BATCH_SIZE", "SCRUB_PAYLOAD_AFTER_DAYS"))
 
 	migrate := environment(fns["migrate"])
 	require.Equal(t, map[string]any{
 		"SCHEMA_OWNER_ROLE": SchemaOwnerRole, "WEBHOOK_DB_USER": WebhookUser, "WORKER_DB_USER": WorkerUser, "PURGE_DB_USER": PurgeUser,
-		"LEGACY_DB_USER": LegacyAppUser, "LEGACY_DB_SECRET_ARN": map[string]any{"Ref": legacySecretID},
-	}, pick(migrate, "SCHEMA_OWNER_ROLE", "WEBHOOK_DB_USER", "WORKER_DB_USER", "PURGE_DB_USER", "LEGACY_DB_USER", "LEGACY_DB_SECRET_ARN"))
-	require.NotContains(t, migrate, "RETIRED_DB_USERS", "the shared user is retired only with retireLegacyAppRole=true")
+		"RETIRED_DB_USERS": LegacyAppUser,
+	}, pick(migrate, "SCHEMA_OWNER_ROLE", "WEBHOOK_DB_USER", "WORKER_DB_USER", "PURGE_DB_USER", "RETIRED_DB_USERS"))
+	require.NotContains(t, migrate, "LEGACY_DB_USER", "the shared user is kept only with keepLegacyAppRole=true")
+	kept := environment(natDev.appFunctions(t)["migrate"])
+	require.Equal(t, map[string]any{"LEGACY_DB_USER": LegacyAppUser, "LEGACY_DB_SECRET_ARN": map[string]any{"Ref": legacySecretID}},
+		pick(kept, "LEGACY_DB_USER", "LEGACY_DB_SECRET_ARN"))
 	for _, fn := range []string{"webhook", "worker", "purge"} {
 		secret, _ := dev.one(t, "AWS::SecretsManager::Secret", OutputID(fn)+"UserSecret")
 		require.Equal(t, map[string]any{"Ref": secret}, migrate[strings.ToUpper(fn)+"_DB_SECRET_ARN"], fn)
@@ -324,7 +343,7 @@ func asSlice(v any) []any {
 
 func TestIAMGrantsAreScoped(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*synthesized{dev, retired} {
+	for _, s := range []*synthesized{dev, retired, natDev} {
 		connectUsers := map[string][]string{}
 		for id, sts := range s.statements() {
 			for _, st := range sts {
@@ -630,7 +649,7 @@ func TestNATIsOffByDefault(t *testing.T) {
 	t.Parallel()
 	require.Empty(t, dev.resources("AWS::EC2::NatGateway"))
 	require.Empty(t, dev.resources("AWS::EC2::InternetGateway"))
-	require.Len(t, dev.resources("AWS::EC2::VPCEndpoint"), 2, "Secrets Manager, and EventBridge for the outbox relay")
+	require.Len(t, dev.resources("AWS::EC2::VPCEndpoint"), 3, "Secrets Manager, EventBridge for the outbox relay, STS for the callers' identities")
 
 	require.Len(t, natDev.resources("AWS::EC2::NatGateway"), 1)
 	subnets := natDev.resources("AWS::EC2::Subnet")
@@ -668,7 +687,7 @@ func TestNagSuppressionsCarryReasons(t *testing.T) {
 				seen[ruleID] = true
 			}
 		}
-		if s.settings.Prod() {
+		if s.settings.Protected() {
 			require.NotContains(t, seen, "AwsSolutions-RDS3", "Multi-AZ must not be waived in prod")
 			require.NotContains(t, seen, "AwsSolutions-RDS10", "deletion protection must not be waived in prod")
 		}

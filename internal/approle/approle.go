@@ -47,15 +47,16 @@
 // that neither the deploy window nor a rollback cuts the previous functions
 // off the database:
 //
-//   - kept (Roles.Legacy; the stack's default): if the role exists, it keeps
+//   - kept (Roles.Legacy; the stack's keepLegacyAppRole=true, for the one
+//     deploy that upgrades from the shared-role release): if the role exists, it keeps
 //     exactly what the earlier release gave it: LOGIN with its secret's
 //     password, CONNECT and TEMPORARY on the database, USAGE on the schema,
 //     SELECT, INSERT, UPDATE and DELETE on every table (including the tables
 //     later migrations create, which the owner now owns), USAGE and SELECT on
 //     the sequences, and SELECT only on schema_migrations. It is never
 //     created: a database where it never existed (a new stack) does not get it.
-//   - retired (Roles.Retired; the stack's retireLegacyAppRole=true, a later
-//     deploy): stripped of every privilege and made NOLOGIN; an operator
+//   - retired (Roles.Retired; the stack's default, from the deploy after
+//     the upgrade on): stripped of every privilege and made NOLOGIN; an operator
 //     drops it. The step refuses to retire a role while the functions' own
 //     roles do not exist yet: that deploy would switch the functions and
 //     lock out the role the running ones use in one go.

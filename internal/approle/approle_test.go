@@ -640,7 +640,8 @@ func requireRetired(t *testing.T, d *deployment, role string) {
 // the tables to the owner, but keeps the shared role working as before,
 // on the tables this release's migrations add too: while CloudFormation
 // updates the functions the old ones still run as it, and a rollback brings
-// them back. A second deploy (retireLegacyAppRole=true) strips it and takes
+// them back. A second deploy (the stack's default, without
+// keepLegacyAppRole=true) strips it and takes
 // its login. Rolling that deploy back (the first deploy's step runs again)
 // restores it; after the second deploy the operator can drop it.
 func TestUpgradeRetiresTheSharedAppRoleInTwoDeploys(t *testing.T) {
@@ -649,7 +650,7 @@ func TestUpgradeRetiresTheSharedAppRoleInTwoDeploys(t *testing.T) {
 	legacy := earlierRelease(t, d)
 	earlierWork := func(eventID string) { t.Helper(); requireEarlierFunctionsWork(t, d, legacy, eventID) }
 
-	// Deploy 1: the stack's default.
+	// Deploy 1: keepLegacyAppRole=true.
 	d.roles.Legacy = legacy
 	d.pw.Legacy = password1
 	sum := d.deploy(t)
@@ -672,7 +673,7 @@ func TestUpgradeRetiresTheSharedAppRoleInTwoDeploys(t *testing.T) {
 	require.NotNil(t, sum.Roles.Legacy)
 	earlierWork("evt_again")
 
-	// Deploy 2: retireLegacyAppRole=true.
+	// Deploy 2: the stack's default (retired).
 	phase2 := func() {
 		t.Helper()
 		d.roles.Legacy, d.pw.Legacy = "", ""
@@ -744,7 +745,7 @@ func TestRetiringTheSharedAppRoleInTheUpgradeDeployIsRefused(t *testing.T) {
 
 	_, err := d.deployer(t).Run(d.ctx)
 	require.ErrorIs(t, err, ErrRetiringTooEarly)
-	require.ErrorContains(t, err, "retireLegacyAppRole=false")
+	require.ErrorContains(t, err, "deploy once with the stack setting keepLegacyAppRole=true")
 	require.Equal(t, 3, d.db.Count(t, "schema_migrations", ""), "nothing is migrated")
 	var login bool
 	require.NoError(t, d.db.Pool.QueryRow(d.ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", legacy).Scan(&login))

@@ -39,7 +39,7 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 	for _, r := range []ops.Request{
 		{Command: ops.CmdStatus},
 		{Command: ops.CmdReceipts, Filter: ops.Filter{State: "failed"}},
-		{Command: ops.CmdShow, EventID: opstest.Paid, Payload: true},
+		{Command: ops.CmdShow, EventID: opstest.Paid, Payload: true, Reason: "ticket 1"},
 		{Command: ops.CmdShow, EventID: opstest.PaidOnVoid},
 		{Command: ops.CmdRetry, Filter: ops.Filter{State: "needs-review"}, DryRun: true, Reason: "check"},
 		{Command: ops.CmdRetry, Filter: ops.Filter{State: "needs-review"}, Reason: "fixed"},
@@ -54,7 +54,8 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 		_, err := o.Do(d.ctx, r, c)
 		require.NoError(t, err, r.Command)
 	}
-	require.Equal(t, 4, d.db.Count(t, "ops_audit", "request_id = 'req-1'"))
+	// retry, resolve, two outbox-retries, and the read of a payload.
+	require.Equal(t, 5, d.db.Count(t, "ops_audit", "request_id = 'req-1'"))
 	require.Equal(t, 2, d.db.Count(t, "outbox", "attempts = 0 AND last_error = $1", opstest.OutboxError), "outbox-retry, as inbox_ops")
 	require.Equal(t, 1, d.db.Count(t, "outbox", "id = $1 AND published_at IS NOT NULL AND attempts = 10", fx.OutboxPublished))
 

@@ -311,8 +311,9 @@ func checkRetirement(ctx context.Context, tx pgx.Tx, roles Roles) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s would be retired, but the functions' roles %s do not exist yet, so the running functions still log in as %s; "+
-		"deploy first without retiring it (stack setting retireLegacyAppRole=false, the default; RETIRED_DB_USERS empty and LEGACY_DB_USER=%s), "+
-		"check that the webhook, worker and purge run as their own roles, then retire it in a later deploy",
+		"this is the upgrade from the release whose functions shared it: deploy once with the stack setting keepLegacyAppRole=true "+
+		"(cdk deploy -c keepLegacyAppRole=true; RETIRED_DB_USERS empty and LEGACY_DB_USER=%s), check that the webhook, worker and purge "+
+		"run as their own roles, then deploy again without the setting, which retires it",
 		ErrRetiringTooEarly, strings.Join(live, ", "), strings.Join(missing, ", "), strings.Join(live, ", "), live[0])
 }
 

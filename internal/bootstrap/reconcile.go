@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
 	"github.com/stripe-inbox/inbox/internal/secrets"
@@ -37,6 +38,7 @@ func (r *Reconciler) Close() {
 func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger, out io.Writer) (*Reconciler, error) {
 	fetch := secrets.Literal
 	var lc *lambda.Client
+	var prover *invokeproof.Signer
 	if c.APIKeyFromSecretsManager || c.StoreFunction != "" {
 		cfg, err := awsConfig(ctx)
 		if err != nil {
@@ -47,11 +49,21 @@ func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger,
 		}
 		if c.StoreFunction != "" {
 			lc = lambda.NewFromConfig(cfg)
+			// Each request to the store function carries a presigned
+			// sts:GetCallerIdentity made with this function's role.
+			prover = invokeproof.NewSigner(cfg)
 		}
 	}
 	key, mode, err := secrets.FetchAPIKey(ctx, fetch, c.APIKeyRef, c.SecretFetchTimeout)
 	if err != nil {
 		return nil, err
+	}
+	if c.APIKeyFromSecretsManager {
+		// In AWS only a restricted key: the function needs Events: Read,
+		// nothing else. (A local run may use any test key.)
+		if err := secrets.CheckRestricted(key); err != nil {
+			return nil, fmt.Errorf("the Stripe API key's secret: %w", err)
+		}
 	}
 	if c.Mode != "" && mode != c.Mode {
 		return nil, fmt.Errorf("the Stripe API key is a %s-mode key but STRIPE_MODE=%s: store a key of the mode this deployment books", mode, c.Mode)
@@ -66,7 +78,7 @@ func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger,
 	r := &Reconciler{}
 	var sink reconcile.Sink
 	if lc != nil {
-		sink = reconcile.RemoteSink{Lambda: lc, Function: c.StoreFunction}
+		sink = reconcile.RemoteSink{Lambda: lc, Function: c.StoreFunction, Prover: prover}
 	} else {
 		if r.Pool, err = Pool(ctx, c.Database); err != nil {
 			return nil, err
@@ -83,11 +95,35 @@ func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger,
 	return r, nil
 }
 
-// NewReconcileStore builds the store function's handler.
-func NewReconcileStore(ctx context.Context, c config.ReconcileStore) (*reconcile.StoreHandler, *pgxpool.Pool, error) {
+// NewReconcileStore builds the store function's handler: it serves only
+// requests proven to come from the reconciler's role, verified with the STS
+// endpoint this environment's SDK resolves (the STS VPC endpoint's private
+// DNS name in the stack; AWS_ENDPOINT_URL_STS for a stand-in).
+func NewReconcileStore(ctx context.Context, c config.ReconcileStore, logger *slog.Logger, out io.Writer) (*reconcile.ProvenStore, *pgxpool.Pool, error) {
+	admit, err := invokeproof.Role(c.ReconcilerRoleARN)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := awsConfig(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	endpoint, err := invokeproof.Endpoint(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	verifier, err := invokeproof.NewVerifier(endpoint, admit, nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	pool, err := Pool(ctx, c.Database)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &reconcile.StoreHandler{Sink: reconcile.DBSink{DB: pool}, Endpoints: c.Endpoints}, pool, nil
+	return &reconcile.ProvenStore{
+		Store:   reconcile.StoreHandler{Sink: reconcile.DBSink{DB: pool}, Endpoints: c.Endpoints},
+		Proofs:  verifier,
+		Metrics: Metrics(out, c.Common),
+		Logger:  logger,
+	}, pool, nil
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"log/slog"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
 	"github.com/stripe-inbox/inbox/internal/secrets"
 )
@@ -45,6 +47,10 @@ type ReconcileStore struct {
 	Common
 	// Endpoints are the endpoints it stores events for (RECONCILE_ENDPOINTS).
 	Endpoints []string
+	// ReconcilerRoleARN is the reconciler function's role
+	// (RECONCILER_ROLE_ARN): the only principal whose requests it serves
+	// (see internal/invokeproof).
+	ReconcilerRoleARN string
 }
 
 // HandlerTypes are the event types the handlers subscribe to: what the
@@ -114,6 +120,9 @@ func LoadReconcile(env Env) (Reconcile, error) {
 	}
 	if u, err := url.Parse(c.Client.BaseURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") {
 		p.addf("STRIPE_API_BASE=%q: must be a base URL such as https://api.stripe.com or http://127.0.0.1:12111", c.Client.BaseURL)
+	} else if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		// The key travels in every request's Authorization header.
+		p.addf("STRIPE_API_BASE=%q: plain http sends the Stripe key in clear; use https (http only on a loopback address: 127.0.0.1, ::1, localhost)", c.Client.BaseURL)
 	}
 	c.Client.BaseURL = strings.TrimSuffix(c.Client.BaseURL, "/")
 	// The client's settings are checked here (no package validates them).
@@ -158,11 +167,19 @@ func LoadReconcile(env Env) (Reconcile, error) {
 }
 
 // LoadReconcileStore reads RECONCILE_ENDPOINTS (default billing: the
-// endpoints whose events it stores, separated by commas) and the database
-// settings.
+// endpoints whose events it stores, separated by commas),
+// RECONCILER_ROLE_ARN (required: the reconciler's role, whose proofs it
+// admits; the STS endpoint it verifies them with is the SDK's, see
+// invokeproof.Endpoint) and the database settings.
 func LoadReconcileStore(env Env) (ReconcileStore, error) {
 	var p problems
 	c := ReconcileStore{Common: p.common(env, "reconcilestore", 2)}
+	c.ReconcilerRoleARN = strings.TrimSpace(env("RECONCILER_ROLE_ARN"))
+	if c.ReconcilerRoleARN == "" {
+		p.addf("RECONCILER_ROLE_ARN is not set: the store function serves only requests proven to come from the reconciler's role (arn:aws:iam::ACCOUNT:role/NAME; the stack sets it)")
+	} else if _, err := invokeproof.Role(c.ReconcilerRoleARN); err != nil {
+		p.addf("RECONCILER_ROLE_ARN: %v", err)
+	}
 	raw := strings.TrimSpace(env("RECONCILE_ENDPOINTS"))
 	if raw == "" {
 		raw = "billing"
@@ -229,4 +246,13 @@ func (p *problems) loadLocalReconcile(env Env, l *Local) {
 	if l.Reconcile, err = LoadReconcile(renv); err != nil {
 		p.addf("%v", err)
 	}
+}
+
+// loopbackHost reports whether host is a loopback name or address.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

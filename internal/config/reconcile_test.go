@@ -41,13 +41,37 @@ func TestLoadReconcile(t *testing.T) {
 	require.ErrorContains(t, err, "live-mode key but STRIPE_MODE=test")
 }
 
+// The key travels in every request: http only to a stand-in on loopback.
+func TestStripeAPIBaseIsHTTPSExceptOnLoopback(t *testing.T) {
+	t.Parallel()
+	for base, ok := range map[string]bool{
+		"https://api.stripe.com": true, "https://stripe-proxy.internal:8443": true,
+		"http://127.0.0.1:12111": true, "http://[::1]:12111": true, "http://localhost:12111": true,
+		"http://api.stripe.com": false, "http://10.0.0.5:12111": false, "http://stripe-mock:12111": false,
+	} {
+		_, err := LoadReconcile(MapEnv(map[string]string{"STRIPE_API_KEY": "rk_test_abc", "DATABASE_URL": "postgres://x@127.0.0.1/db", "STRIPE_API_BASE": base}))
+		if ok {
+			require.NoError(t, err, base)
+		} else {
+			require.ErrorContains(t, err, "plain http sends the Stripe key in clear", base)
+		}
+	}
+}
+
 func TestLoadReconcileStore(t *testing.T) {
 	t.Parallel()
-	c, err := LoadReconcileStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "RECONCILE_ENDPOINTS": "billing,connect"}))
+	role := "arn:aws:iam::123456789012:role/StripeInbox-dev-ReconcileRole"
+	c, err := LoadReconcileStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "RECONCILE_ENDPOINTS": "billing,connect", "RECONCILER_ROLE_ARN": role}))
 	require.NoError(t, err)
 	require.Equal(t, []string{"billing", "connect"}, c.Endpoints)
-	_, err = LoadReconcileStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "RECONCILE_ENDPOINTS": "Bad Name"}))
+	require.Equal(t, role, c.ReconcilerRoleARN)
+	_, err = LoadReconcileStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "RECONCILE_ENDPOINTS": "Bad Name", "RECONCILER_ROLE_ARN": role}))
 	require.ErrorContains(t, err, "is not an endpoint name")
+	// Without the reconciler's role it would have no one to admit.
+	_, err = LoadReconcileStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}))
+	require.ErrorContains(t, err, "RECONCILER_ROLE_ARN is not set")
+	_, err = LoadReconcileStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "RECONCILER_ROLE_ARN": "arn:aws:iam::123456789012:user/bob"}))
+	require.ErrorContains(t, err, "RECONCILER_ROLE_ARN: ")
 }
 
 // The local contract: the reconciler runs when STRIPE_API_KEY is set, every

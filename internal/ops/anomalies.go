@@ -51,7 +51,8 @@ func (o *Ops) resolve(ctx context.Context, r Request, c Caller) (*Resolved, erro
 			return err
 		}
 		res.Anomaly = a
-		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdResolve, Filter: auditFilter(r), Affected: 1, Reason: r.Note, Caller: c})
+		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdResolve, Filter: auditFilter(r), Affected: 1, Reason: r.Note, Caller: c,
+			Touched: map[string]any{"anomalies": []int64{r.AnomalyID}}})
 		return err
 	})
 	if err != nil {

@@ -10,9 +10,12 @@
 // what the command would refuse.
 //
 // Every change (retry, resolve, outbox-retry) is one statement plus one ops_audit row
-// (what, the selection, how many rows, the reason, who, the Lambda request
-// id) in the same transaction, and is logged. A dry run changes nothing
-// and writes no audit row.
+// (what, the selection, how many rows and their keys, the reason, who: the
+// IAM identity STS verified and the name the caller claimed, the Lambda
+// request id) in the same transaction, and is logged. Reading a payload
+// (show --payload: customer data) is audited the same way. A dry run
+// changes nothing and writes no audit row. The ops function runs an audited
+// request only for a caller whose identity it verified (function.go).
 //
 // Operator mistakes (a malformed filter, an unknown event id, a missing
 // reason) are *Error values with a Kind and a message that says what to
@@ -36,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
@@ -121,10 +125,26 @@ type Request struct {
 	// AllUnpublished: outbox lists every unpublished row, not only those
 	// waiting for a human.
 	AllUnpublished bool `json:"all_unpublished,omitempty"`
-	// Actor names who asked (the command sends the local user name). The
-	// ops function records it next to the Lambda request id, which
-	// CloudTrail ties to the verified IAM principal.
+	// Actor names who asked, as the caller says (the command sends the
+	// local user name). It is recorded as the claimed name beside the
+	// verified IAM identity (Caller.Principal), never instead of it.
 	Actor string `json:"actor,omitempty"`
+}
+
+// Audited reports whether r writes an ops_audit row: a change (retry,
+// resolve, outbox-retry; not their dry runs) or a read of customer data
+// (show --payload). The ops function runs these only for a caller whose
+// IAM identity it verified (Function).
+func (r Request) Audited() bool {
+	switch r.Command {
+	case CmdRetry, CmdOutboxRetry:
+		return !r.DryRun
+	case CmdResolve:
+		return true
+	case CmdShow:
+		return r.Payload
+	}
+	return false
 }
 
 // Kinds of operator mistakes.
@@ -167,7 +187,14 @@ type Response struct {
 
 // Caller is who runs a request, for the audit trail.
 type Caller struct {
-	Actor     string // the local user, or what the command sent
+	// Principal is the caller's IAM identity as STS verified it (the ops
+	// function, from the proof inboxctl sends; see Function); nil for a
+	// local run, whose identity is whoever holds DATABASE_URL.
+	Principal *invokeproof.Identity
+	// Actor is the name the caller gave (the local user name inboxctl
+	// sends): recorded as claimed_actor, and as actor only when there is
+	// no verified identity.
+	Actor     string
 	RequestID string // the Lambda request id; empty locally
 }
 
@@ -250,7 +277,7 @@ func (o *Ops) Do(ctx context.Context, req Request, c Caller) (Response, error) {
 	case CmdReceipts:
 		resp.Receipts, err = o.receipts(ctx, req)
 	case CmdShow:
-		resp.Show, err = o.show(ctx, req)
+		resp.Show, err = o.show(ctx, req, c)
 	case CmdRetry:
 		resp.Retry, err = o.retry(ctx, req, c)
 	case CmdAnomalies:
@@ -289,6 +316,13 @@ func (r Request) check() error {
 	case CmdShow:
 		if r.EventID == "" {
 			return invalidf("show needs an EVENT_ID (evt_...): inboxctl show evt_123")
+		}
+		if r.Payload {
+			// The payload is customer data: its read is audited like a
+			// change, with a reason.
+			if err := checkText("--reason", r.Reason, "say why you read the customer's data, e.g. --payload --reason 'ticket 123: amount disputed'"); err != nil {
+				return err
+			}
 		}
 	case CmdRetry:
 		if r.EventID == "" && f.empty() {

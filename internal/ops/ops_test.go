@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -132,7 +133,7 @@ func TestReceiptsFiltersAndPages(t *testing.T) {
 func TestShow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	s := b.do(t, ops.Request{Command: ops.CmdShow, EventID: opstest.Paid, Payload: true}).Show
+	s := b.do(t, ops.Request{Command: ops.CmdShow, EventID: opstest.Paid, Payload: true, Reason: "ticket 9"}).Show
 	require.Len(t, s.Receipts, 2, "billing and connect")
 	bill := s.Receipts[0]
 	require.Equal(t, "billing", bill.Endpoint)
@@ -153,11 +154,21 @@ func TestShow(t *testing.T) {
 	require.Equal(t, "InvoicePaymentBooked", s.Effects.Outbox[0].EventType)
 	require.Len(t, s.Effects.Invoices, 1)
 	require.Equal(t, "paid", s.Effects.Invoices[0].Status)
+	// Reading the payload (customer data) is audited like a change, with
+	// the keys of the receipts shown; it takes a reason.
+	require.Positive(t, s.AuditID)
+	require.Equal(t, 1, b.fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'show-payload' AND affected = 2 AND reason = 'ticket 9' AND actor = 'alice' AND touched = $2::jsonb",
+		s.AuditID, `{"webhook_inbox":[["billing","`+opstest.Paid+`"],["connect","`+opstest.Paid+`"]]}`))
+	b.mistake(t, ops.Request{Command: ops.CmdShow, EventID: opstest.Paid, Payload: true}, ops.KindInvalid, "--reason is required: say why you read the customer's data")
 
-	// Without --payload, no payload; one endpoint only with --endpoint.
+	// Without --payload, no payload and no audit row; one endpoint only
+	// with --endpoint.
+	audits := b.fx.DB.Count(t, "ops_audit", "")
 	s = b.do(t, ops.Request{Command: ops.CmdShow, EventID: opstest.Paid, Filter: ops.Filter{Endpoint: "connect"}}).Show
 	require.Len(t, s.Receipts, 1)
 	require.Nil(t, s.Receipts[0].Payload)
+	require.Zero(t, s.AuditID)
+	require.Equal(t, audits, b.fx.DB.Count(t, "ops_audit", ""))
 
 	s = b.do(t, ops.Request{Command: ops.CmdShow, EventID: opstest.PaidOnVoid}).Show
 	require.Len(t, s.Effects.Anomalies, 1)
@@ -211,6 +222,15 @@ func TestRetryWithAFilterChangesExactlyTheMatchingRows(t *testing.T) {
 	require.Equal(t, "deadlock fixed", reason)
 	require.Equal(t, "alice", actor)
 	require.Nil(t, requestID)
+	// The keys of the rows it touched; locally no verified identity, the
+	// name as claimed.
+	var touched string
+	var principal, claimed *string
+	require.NoError(t, b.fx.DB.Pool.QueryRow(ctx, "SELECT touched::text, principal_arn, claimed_actor FROM ops_audit WHERE id = $1", res.AuditID).
+		Scan(&touched, &principal, &claimed))
+	require.JSONEq(t, `{"webhook_inbox":[["billing","`+opstest.Failed1+`"]]}`, touched)
+	require.Nil(t, principal)
+	require.Equal(t, "alice", *claimed)
 }
 
 func TestRetryOneEvent(t *testing.T) {
@@ -243,7 +263,8 @@ func TestAnomaliesAndResolve(t *testing.T) {
 	res := b.do(t, ops.Request{Command: ops.CmdResolve, AnomalyID: b.fx.AnomalyID, Note: "refunded in the dashboard, ticket 7"}).Resolved
 	require.NotNil(t, res.Anomaly.ResolvedAt)
 	require.Equal(t, "refunded in the dashboard, ticket 7", res.Anomaly.Resolution)
-	require.Equal(t, 1, b.fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'resolve' AND affected = 1 AND actor = 'alice'", res.AuditID))
+	require.Equal(t, 1, b.fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'resolve' AND affected = 1 AND actor = 'alice' AND touched = $2::jsonb",
+		res.AuditID, fmt.Sprintf(`{"anomalies":[%d]}`, b.fx.AnomalyID)))
 	require.Zero(t, b.do(t, ops.Request{Command: ops.CmdAnomalies}).Anomalies.Count)
 	require.Equal(t, 1, b.do(t, ops.Request{Command: ops.CmdAnomalies, All: true}).Anomalies.Count)
 

@@ -133,7 +133,8 @@ func (o *Ops) outboxRetry(ctx context.Context, r Request, c Caller) (*OutboxRetr
 		if r.DryRun {
 			return nil
 		}
-		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdOutboxRetry, Filter: outboxAuditFilter(r, ids), Affected: len(got), Reason: r.Reason, Caller: c})
+		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdOutboxRetry, Filter: outboxAuditFilter(r, ids), Affected: len(got), Reason: r.Reason, Caller: c,
+			Touched: map[string]any{"outbox": append([]int64{}, got...)}})
 		return err
 	})
 	if err != nil {

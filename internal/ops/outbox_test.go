@@ -94,8 +94,8 @@ func TestOutboxRetryByID(t *testing.T) {
 	require.Positive(t, res.AuditID)
 	require.Equal(t, others, b.outboxRowsBut(t, w2), "no other row changed")
 	require.Equal(t, 1, b.fx.DB.Count(t, "outbox", "id = $1 AND attempts = 0 AND available_at <= now() AND published_at IS NULL AND claim_token IS NULL AND last_error = $2", w2, opstest.OutboxError))
-	require.Equal(t, 1, b.fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'outbox-retry' AND affected = 1 AND reason = 'rule fixed' AND actor = 'alice' AND filter = $2::jsonb",
-		res.AuditID, `{"outbox_ids":[`+itoa(w2)+`]}`))
+	require.Equal(t, 1, b.fx.DB.Count(t, "ops_audit", "id = $1 AND action = 'outbox-retry' AND affected = 1 AND reason = 'rule fixed' AND actor = 'alice' AND filter = $2::jsonb AND touched = $3::jsonb",
+		res.AuditID, `{"outbox_ids":[`+itoa(w2)+`]}`, `{"outbox":[`+itoa(w2)+`]}`))
 	require.Equal(t, []int64{w1}, outboxIDs(b.do(t, ops.Request{Command: ops.CmdOutbox}).Outbox))
 
 	// Mistakes change nothing, even beside a good id.

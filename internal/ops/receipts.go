@@ -77,22 +77,54 @@ type Shown struct {
 	EventID  string           `json:"event_id"`
 	Receipts []inbox.Receipt  `json:"receipts"`
 	Effects  handlers.Effects `json:"effects"`
+	// AuditID is the ops_audit row of a read with the payload (0 without).
+	AuditID int64 `json:"audit_id,omitempty"`
 }
 
-func (o *Ops) show(ctx context.Context, r Request) (*Shown, error) {
-	rs, err := inbox.ReceiptsByEventID(ctx, o.Pool, r.EventID, r.Filter.Endpoint, o.MaxAttempts, r.Payload)
+// show reads an event's receipts and effects. With the payload (customer
+// data) the read and its audit row are one transaction: no payload leaves
+// without its row.
+func (o *Ops) show(ctx context.Context, r Request, c Caller) (*Shown, error) {
+	read := func(db inbox.DB) (*Shown, error) {
+		rs, err := inbox.ReceiptsByEventID(ctx, db, r.EventID, r.Filter.Endpoint, o.MaxAttempts, r.Payload)
+		if err != nil {
+			return nil, err
+		}
+		if len(rs) == 0 {
+			return nil, notFound(r.EventID, r.Filter.Endpoint)
+		}
+		eff, err := handlers.EffectsOf(ctx, db, r.EventID, rs[0].ObjectID)
+		if err != nil {
+			return nil, err
+		}
+		return &Shown{EventID: r.EventID, Receipts: rs, Effects: eff}, nil
+	}
+	if !r.Payload {
+		return read(o.Pool)
+	}
+	var shown *Shown
+	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
+		var err error
+		if shown, err = read(tx); err != nil {
+			return err
+		}
+		keys := make([][2]string, 0, len(shown.Receipts))
+		for _, rc := range shown.Receipts {
+			keys = append(keys, [2]string{rc.Endpoint, rc.EventID})
+		}
+		shown.AuditID, err = recordAudit(ctx, tx, audit{Action: ActionShowPayload, Filter: auditFilter(r), Affected: len(keys), Reason: r.Reason,
+			Caller: c, Touched: map[string]any{"webhook_inbox": keys}})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	if len(rs) == 0 {
-		return nil, notFound(r.EventID, r.Filter.Endpoint)
-	}
-	eff, err := handlers.EffectsOf(ctx, o.Pool, r.EventID, rs[0].ObjectID)
-	if err != nil {
-		return nil, err
-	}
-	return &Shown{EventID: r.EventID, Receipts: rs, Effects: eff}, nil
+	o.log(ctx, ActionShowPayload, r, c, len(shown.Receipts), shown.AuditID)
+	return shown, nil
 }
+
+// ActionShowPayload is the ops_audit action of show --payload.
+const ActionShowPayload = "show-payload"
 
 func notFound(eventID, endpoint string) *Error {
 	where := ""
@@ -144,6 +176,10 @@ func (o *Ops) retry(ctx context.Context, r Request, c Caller) (*RetryResult, err
 			}
 		}
 		res.Count = len(keys)
+		touched := make([][2]string, 0, len(keys))
+		for _, k := range keys {
+			touched = append(touched, [2]string{k.Endpoint, k.EventID})
+		}
 		for i, k := range keys {
 			if i == MaxListedKeys {
 				res.Truncated = true
@@ -154,7 +190,8 @@ func (o *Ops) retry(ctx context.Context, r Request, c Caller) (*RetryResult, err
 		if r.DryRun {
 			return nil
 		}
-		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdRetry, Filter: auditFilter(r), Affected: len(keys), Reason: r.Reason, Caller: c})
+		res.AuditID, err = recordAudit(ctx, tx, audit{Action: CmdRetry, Filter: auditFilter(r), Affected: len(keys), Reason: r.Reason, Caller: c,
+			Touched: map[string]any{"webhook_inbox": touched}})
 		return err
 	})
 	if err != nil {

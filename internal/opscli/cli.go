@@ -46,7 +46,8 @@ Commands:
                              over the last hour, API versions per endpoint over the last day,
                              and the outbox: backlog, oldest unpublished age, rows waiting
   receipts [FILTERS]         receipts, newest first, a page at a time (--limit, --after)
-  show EVENT_ID              the receipt(s) of an event and its effects (--payload, --endpoint)
+  show EVENT_ID              the receipt(s) of an event and its effects (--endpoint);
+                             --payload --reason TEXT: with the payload (customer data), audited
   retry EVENT_ID|FILTERS     retry unprocessed receipts: fresh attempts, claimable now
                              --reason TEXT (required), --dry-run shows what would change
   anomalies [--all]          open anomalies (--all: resolved ones too)
@@ -64,7 +65,8 @@ Filters: --endpoint NAME --type EVENT_TYPE --state backlog|failed|needs-review|p
          --since T --until T (RFC 3339, a date 2026-12-01, or an age: 90m, 2h, 7d) --error TEXT
 Where:   locally DATABASE_URL (and MAX_ATTEMPTS, OUTBOX_MAX_ATTEMPTS, STRIPE_API_VERSION as the worker's);
          --stage NAME invokes the stage's ops function StripeInbox-NAME-ops with your AWS
-         credentials (needs lambda:InvokeFunction on it)
+         credentials (needs lambda:InvokeFunction on it), which verifies who you are with STS
+         and records that identity with every change and every --payload
 Output:  aligned tables; --json for scripts
 Exit:    0 ok, 2 a mistake (the message says what to do), 1 a failure
 `
@@ -207,7 +209,7 @@ var valueFlags = map[string]bool{
 var commandFlags = map[string][]string{
 	ops.CmdStatus:      {},
 	ops.CmdReceipts:    {"endpoint", "type", "state", "since", "until", "error", "limit", "after"},
-	ops.CmdShow:        {"endpoint", "payload"},
+	ops.CmdShow:        {"endpoint", "payload", "reason"},
 	ops.CmdRetry:       {"endpoint", "type", "state", "since", "until", "error", "dry-run", "reason"},
 	ops.CmdAnomalies:   {"all", "limit"},
 	ops.CmdResolve:     {"note"},

@@ -83,7 +83,12 @@ func TestEveryCommandLocally(t *testing.T) {
 	require.NotEqual(t, page.Receipts[0].EventID, next.Receipts[0].EventID)
 
 	r = run(t, env, "", "show", opstest.Paid, "--payload")
+	require.Equal(t, 2, r.code, "the payload is read with a reason")
+	require.Contains(t, r.stderr, "--reason is required: say why you read the customer's data")
+	r = run(t, env, "", "show", opstest.Paid, "--payload", "--reason", "ticket 7")
 	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "payload read recorded as audit row")
+	require.Equal(t, 1, fx.DB.Count(t, "ops_audit", "action = 'show-payload' AND affected = 2 AND actor = 'bob' AND claimed_actor = 'bob' AND principal_arn IS NULL AND reason = 'ticket 7'"))
 	for _, want := range []string{"evt_fx_paid on billing", "evt_fx_paid on connect", "payment 2500 usd under in_fx_1",
 		"InvoicePaymentBooked", "invoice in_fx_1", stripeevent.Fingerprint(opstest.SecretNew), `"type": "invoice.paid"`} {
 		require.Contains(t, r.stdout, want)

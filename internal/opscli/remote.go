@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/ops"
 )
 
@@ -25,8 +26,16 @@ import (
 // inboxctl against a stage is who may lambda:InvokeFunction that function.
 // AWS_ENDPOINT_URL_LAMBDA (the SDK's service endpoint setting) points it at
 // another endpoint, as the tests do at the Lambda runtime emulator.
+//
+// Each request also carries a proof of who sends it (internal/invokeproof):
+// a presigned sts:GetCallerIdentity made with the same credentials and bound
+// to the request's bytes. The function verifies it with STS and records the
+// verified identity with every change it audits; signing is local and
+// needs no permission (AWS_ENDPOINT_URL_STS and AWS_USE_DUALSTACK_ENDPOINT
+// choose the STS host it is signed for, which must be the function's).
 type remote struct {
 	client   *lambda.Client
+	signer   *invokeproof.Signer
 	function string
 	stage    string
 }
@@ -48,13 +57,17 @@ func newRemote(ctx context.Context, stage string) (transport, error) {
 		return nil, &ops.Error{Kind: ops.KindInvalid, Message: "no AWS credentials: sign in (aws sso login, or AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) as someone allowed lambda:InvokeFunction on " +
 			ops.FunctionName(stage) + "; the SDK said: " + firstLine(err.Error())}
 	}
-	return &remote{client: lambda.NewFromConfig(cfg), function: ops.FunctionName(stage), stage: stage}, nil
+	return &remote{client: lambda.NewFromConfig(cfg), signer: invokeproof.NewSigner(cfg), function: ops.FunctionName(stage), stage: stage}, nil
 }
 
 func (r *remote) close() {}
 
 func (r *remote) do(ctx context.Context, req ops.Request) (ops.Response, error) {
-	payload, err := json.Marshal(req)
+	env, err := r.signer.Sign(ctx, ops.Audience, req)
+	if err != nil {
+		return ops.Response{}, err
+	}
+	payload, err := json.Marshal(env)
 	if err != nil {
 		return ops.Response{}, err
 	}

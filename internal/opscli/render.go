@@ -119,6 +119,9 @@ func state(r inbox.Receipt) string {
 }
 
 func renderShow(tw *tabwriter.Writer, s *ops.Shown) {
+	if s.AuditID != 0 {
+		defer fmt.Fprintf(tw, "\npayload read recorded as audit row %d\n", s.AuditID)
+	}
 	for i, r := range s.Receipts {
 		if i > 0 {
 			fmt.Fprintln(tw)

@@ -3,12 +3,15 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
 )
 
 // Invoker is the part of the Lambda client RemoteSink uses
@@ -28,10 +31,26 @@ const MaxInvokeBytes = 5 << 20
 type RemoteSink struct {
 	Lambda   Invoker
 	Function string // the store function's name or ARN
+	// Prover proves each request as the reconciler's (invokeproof.Signer,
+	// with the function's role credentials): the store function refuses
+	// any request without it.
+	Prover Prover
+}
+
+// Prover signs a request (invokeproof.Signer).
+type Prover interface {
+	Sign(ctx context.Context, audience string, payload any) (invokeproof.Envelope, error)
 }
 
 func (r RemoteSink) call(ctx context.Context, req StoreRequest) (StoreResponse, error) {
-	payload, err := json.Marshal(req)
+	if r.Prover == nil {
+		return StoreResponse{}, errors.New("the reconciler has no prover: the store function refuses unproven requests")
+	}
+	env, err := r.Prover.Sign(ctx, StoreAudience, req)
+	if err != nil {
+		return StoreResponse{}, err
+	}
+	payload, err := json.Marshal(env)
 	if err != nil {
 		return StoreResponse{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
 )
 
@@ -25,7 +26,7 @@ import (
 // with X-Amz-Function-Error) and runs the store handler in-process; the
 // first throttles requests are refused with 429 TooManyRequestsException as
 // Lambda does when the function's concurrency is used up.
-func lambdaStandIn(t *testing.T, h reconcile.StoreHandler, throttles int32) (*httptest.Server, *atomic.Int32) {
+func lambdaStandIn(t *testing.T, h reconcile.ProvenStore, throttles int32) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -46,13 +47,13 @@ func lambdaStandIn(t *testing.T, h reconcile.StoreHandler, throttles int32) (*ht
 			_, _ = io.WriteString(w, `{"Type":"User","message":"Rate Exceeded.","Reason":"ReservedFunctionConcurrentInvocationLimitExceeded"}`)
 			return
 		}
-		var req reconcile.StoreRequest
+		var env invokeproof.Envelope
 		body, _ := io.ReadAll(r.Body)
 		res, err := func() (reconcile.StoreResponse, error) {
-			if err := json.Unmarshal(body, &req); err != nil {
+			if err := json.Unmarshal(body, &env); err != nil {
 				return reconcile.StoreResponse{}, err
 			}
-			return h.Handle(r.Context(), req)
+			return h.Invoke(r.Context(), env)
 		}()
 		w.Header().Set("X-Amz-Executed-Version", "$LATEST")
 		if err != nil {
@@ -85,8 +86,10 @@ func TestRemoteSinkThroughLambdaInvoke(t *testing.T) {
 		b.api.Add(event(fmt.Sprintf("evt_%02d", i), "invoice.paid", time.Duration(i+2)*time.Minute))
 	}
 	b.deliver(t, event("evt_05", "invoice.paid", 7*time.Minute))
-	srv, calls := lambdaStandIn(t, reconcile.StoreHandler{Sink: reconcile.DBSink{DB: b.db.Pool}, Endpoints: []string{"billing"}, Now: func() time.Time { return now }}, 1)
-	sink := reconcile.RemoteSink{Lambda: lambdaClient(srv.URL), Function: "inbox-reconcile-store"}
+	p := newProofs(t)
+	store := reconcile.StoreHandler{Sink: reconcile.DBSink{DB: b.db.Pool}, Endpoints: []string{"billing"}, Now: func() time.Time { return now }}
+	srv, calls := lambdaStandIn(t, reconcile.ProvenStore{Store: store, Proofs: p.verifier}, 1)
+	sink := reconcile.RemoteSink{Lambda: lambdaClient(srv.URL), Function: "inbox-reconcile-store", Prover: p.signer(p.reconciler)}
 
 	cfg := reconcile.Config{Endpoint: "billing", Types: handlerTypes(), PageLimit: 10, Slice: reconcile.DefaultLookback}.WithDefaults()
 	r, err := reconcile.New(sink, b.client(t, 1), cfg, nil, nil)

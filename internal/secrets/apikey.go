@@ -42,3 +42,19 @@ func FetchAPIKey(ctx context.Context, fetch Fetcher, ref string, timeout time.Du
 	}
 	return key, mode, nil
 }
+
+// ErrFullSecretKey means a full secret key (sk_) was stored where only a
+// restricted key is accepted.
+var ErrFullSecretKey = errors.New("a full Stripe secret key (sk_...) is not accepted here")
+
+// CheckRestricted refuses a full secret key: it can do everything on the
+// Stripe account (charges, refunds, payouts, other keys), so a leak of the
+// reconciler's key would reach all of it. The reconciler only lists events
+// (GET /v1/events), which a restricted key with "Events: Read" allows
+// (https://docs.stripe.com/keys/restricted-api-keys).
+func CheckRestricted(key string) error {
+	if strings.HasPrefix(key, "sk_") {
+		return fmt.Errorf("%w: create a restricted key (rk_...) with only Events: Read (Stripe dashboard → Developers → API keys → Create restricted key), store it in the secret, and roll the sk_ key if it may have been exposed", ErrFullSecretKey)
+	}
+	return nil
+}

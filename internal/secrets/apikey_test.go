@@ -38,3 +38,15 @@ func TestFetchAPIKey(t *testing.T) {
 	_, _, err = FetchAPIKey(context.Background(), hang, "arn", time.Millisecond)
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
 }
+
+func TestCheckRestricted(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, CheckRestricted("rk_live_abc"))
+	require.NoError(t, CheckRestricted("rk_test_abc"))
+	for _, key := range []string{"sk_live_abc", "sk_test_abc"} {
+		err := CheckRestricted(key)
+		require.ErrorIs(t, err, ErrFullSecretKey, key)
+		require.ErrorContains(t, err, "Events: Read")
+		require.NotContains(t, err.Error(), key, "the key must not appear in the message")
+	}
+}

@@ -316,7 +316,12 @@ func (h *Handler) finish(ctx context.Context, rec record, d time.Duration) {
 		}
 		err = h.metrics.Emit(nil, metrics.Metric{Name: name, Value: 1, Unit: metrics.Count})
 	case "rejected":
-		err = h.metrics.Emit(map[string]string{"Reason": rec.reason}, metrics.Metric{Name: "Rejected", Value: 1, Unit: metrics.Count})
+		// By reason (the dashboard) and in total (the WebhookRejected
+		// alarm: an alarm cannot sum a SEARCH over the reasons).
+		rejected := metrics.Metric{Name: "Rejected", Value: 1, Unit: metrics.Count}
+		if err = h.metrics.Emit(map[string]string{"Reason": rec.reason}, rejected); err == nil {
+			err = h.metrics.Emit(nil, rejected)
+		}
 	}
 	if err != nil {
 		h.logger.ErrorContext(ctx, "writing metrics", "error", err)

@@ -335,7 +335,12 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 			require.NotContains(t, resp.Body, "webhook had", "internal error text must not reach the caller")
 			require.Equal(t, 0, b.db.Count(t, "webhook_inbox", ""), "a refused request stores nothing")
 			require.Contains(t, b.logs.String(), `"reason":"`+tc.reason+`"`)
-			require.Contains(t, b.metrics.String(), `"Reason":"`+tc.reason+`"`)
+			// One line by reason (dashboard), one in total (alarm).
+			emf := strings.Split(strings.TrimSpace(b.metrics.String()), "\n")
+			require.Len(t, emf, 2)
+			require.Contains(t, emf[0], `"Reason":"`+tc.reason+`"`)
+			require.Contains(t, emf[1], `"Rejected":1`)
+			require.NotContains(t, emf[1], `"Reason"`)
 		})
 	}
 }

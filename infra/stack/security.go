@@ -1,0 +1,274 @@
+package stack
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudtrail"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// The paths around the Stripe signature (docs/security.md): nothing but
+// Stripe's signed deliveries and the reconciler's listing of Stripe's own
+// Events API may put a receipt in the inbox, only the worker may publish to
+// the outbox bus, and an operator's change names the person who made it.
+//
+//   - The store function serves only requests proven to come from the
+//     reconciler's role (internal/invokeproof: a presigned
+//     sts:GetCallerIdentity bound to the request), verified against STS
+//     through an interface endpoint; its resource policy also denies every
+//     other invoker. A refusal is counted (InvokeProofRefused) and alarmed.
+//   - The ops function learns its caller's verified IAM identity the same
+//     way, through the same endpoint.
+//   - Interface endpoints admit only this account's principals, for this
+//     account's resources.
+//   - The outbox bus denies PutEvents to everyone but the worker's role.
+//   - A CloudTrail trail of the stack's own records every Invoke of the ops
+//     and store functions with the caller's identity (cloudTrailDataEvents).
+//
+// Cost (us-east-1 list prices): the STS interface endpoint is $0.01 per
+// AZ-hour, $14.60 a month in the two AZs, plus $0.01 per GB (a few KB per
+// call); GetCallerIdentity is free. The trail's data events are $0.10 per
+// 100,000 (the store function is invoked a few times per 15-minute run, the
+// ops function by hand: about 30,000 a month, $0.03), and its S3 bucket
+// holds kilobytes (cents a month for the PUTs of the log files). The
+// policies and alarms are free (two alarms: $0.20).
+
+// securitySettings reads scrubPayloadAfterDays, cloudTrailDataEvents and
+// checks what a live stage requires.
+func (r *reader) securitySettings(s *Settings) {
+	def := 0
+	if s.RetentionDays > DefaultScrubPayloadAfterDays {
+		def = DefaultScrubPayloadAfterDays
+	}
+	s.ScrubPayloadAfterDays = r.integer("scrubPayloadAfterDays", def, 0, 3650)
+	if n := s.ScrubPayloadAfterDays; n != 0 && (n < 4 || n >= s.RetentionDays) {
+		r.addf("scrubPayloadAfterDays=%d: must be 0 (off) or from 4 (past Stripe's 3-day retries) to less than retentionDays (%d)", n, s.RetentionDays)
+	}
+	s.CloudTrailDataEvents = r.boolean("cloudTrailDataEvents", s.Protected())
+	if s.Protected() && !s.MultiAZ {
+		r.addf("multiAz=false: a stripeMode=live stage runs Multi-AZ (cdk-nag AwsSolutions-RDS3 is waived only for test-mode stages); remove the setting")
+	}
+}
+
+// DefaultScrubPayloadAfterDays is how long a processed receipt keeps its
+// payload by default: a week to look at it (inboxctl show --payload), then
+// only its keys and outcome stay until the purge deletes the row.
+const DefaultScrubPayloadAfterDays = 7
+
+// stripeMode reads stripeMode (default live for stage prod, test
+// otherwise). It is read first: the data protection defaults follow it.
+func (r *reader) stripeMode(stage string) string {
+	def := "test"
+	if stage == "prod" {
+		def = "live"
+	}
+	mode := r.str("stripeMode", def)
+	if !slices.Contains(StripeModes, mode) {
+		r.addf("stripeMode=%q: must be live (book live-mode events: real money) or test (book test-mode events); default live for stage prod, test otherwise", mode)
+		return def
+	}
+	return mode
+}
+
+// legacyAppRole reads keepLegacyAppRole (default false: inbox_app is
+// retired) and the former retireLegacyAppRole (true is the default now;
+// false is refused, as it would keep the shared login forever).
+func (r *reader) legacyAppRole(s *Settings) {
+	keep := r.boolean("keepLegacyAppRole", false)
+	if _, set := r.raw("retireLegacyAppRole"); set && !r.boolean("retireLegacyAppRole", true) {
+		r.addf("retireLegacyAppRole=false: the shared login inbox_app is now retired by default; to upgrade from the release that used it, " +
+			"deploy once with keepLegacyAppRole=true, then again without it (docs/deployment.md)")
+	}
+	s.RetireLegacyAppRole = !keep
+}
+
+// security builds what the comment above describes. It runs once every
+// function exists.
+func (b *builder) security() {
+	b.stsRoute()
+	b.endpointPolicies()
+	b.storeInvokers()
+	b.outboxBusPolicy()
+	if b.s.CloudTrailDataEvents {
+		b.dataEvents()
+	}
+	if !b.s.RetireLegacyAppRole {
+		awscdk.Annotations_Of(b.stack).AddWarningV2(jsii.String("stripe-inbox:keepLegacyAppRole"), jsii.String(
+			"keepLegacyAppRole=true keeps the shared database login inbox_app (all rights on every table) and lets the webhook, worker and purge "+
+				"roles connect as it. Use it for exactly one deploy, the upgrade from the release that used it; deploy again without it."), nil)
+	}
+}
+
+// stsRoute is the route the store and ops functions take to STS to verify
+// proofs: an interface endpoint (the functions' subnets have no NAT), which
+// admits HTTPS from those two functions only.
+//
+// Replacing it with IPv6 egress (STS's dual-stack endpoint,
+// sts.REGION.api.aws) needs the same care: egress TCP 443 only, for these
+// two functions only; and the signers (the reconciler, inboxctl) must sign
+// for the host the verifiers call (AWS_USE_DUALSTACK_ENDPOINT on both
+// sides), since the host is part of the signature.
+func (b *builder) stsRoute() {
+	sg := awsec2.NewSecurityGroup(b.stack, jsii.String("StsEndpointSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              b.vpc,
+		Description:      jsii.String("STS endpoint: HTTPS from the functions that verify callers (store, ops)"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	b.stsEndpoint = b.vpc.AddInterfaceEndpoint(jsii.String("StsEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
+		Service:           awsec2.InterfaceVpcEndpointAwsService_STS(),
+		Subnets:           b.appSubnets,
+		PrivateDnsEnabled: jsii.Bool(true),
+		SecurityGroups:    &[]awsec2.ISecurityGroup{sg},
+		Open:              jsii.Bool(false),
+	})
+	for _, name := range []string{"reconcilestore", "ops"} {
+		sg.Connections().AllowFrom(b.functions[name], awsec2.Port_Tcp(jsii.Number(443)), jsii.String(name+" function to STS"))
+	}
+}
+
+// endpointPolicies limit each interface endpoint to what the functions do
+// through it, by this account's principals, on this account's resources
+// (an endpoint's default policy allows any action on any resource of any
+// account, https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-access.html).
+func (b *builder) endpointPolicies() {
+	account := map[string]any{"aws:PrincipalAccount": b.stack.Account()}
+	allow := func(ep awsec2.InterfaceVpcEndpoint, actions []string, resources ...string) {
+		ep.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+			Actions:    jsii.Strings(actions...),
+			Resources:  jsii.Strings(resources...),
+			Conditions: &map[string]any{"StringEquals": account},
+		}))
+	}
+	arn := func(service, resource string) string {
+		return fmt.Sprintf("arn:%s:%s:%s:%s:%s", *b.stack.Partition(), service, *b.stack.Region(), *b.stack.Account(), resource)
+	}
+	allow(b.endpoint, []string{"secretsmanager:GetSecretValue"}, arn("secretsmanager", "secret:*"))
+	allow(b.stsEndpoint, []string{"sts:GetCallerIdentity"}, "*")
+	if b.eventsEndpoint != nil {
+		allow(b.eventsEndpoint, []string{"events:PutEvents"}, arn("events", "event-bus/*"))
+	}
+}
+
+// storeInvokers tells the store function whose proofs to admit
+// (RECONCILER_ROLE_ARN) and gives it a resource policy that denies
+// lambda:InvokeFunction to every principal but the reconciler's role, so a
+// role allowed lambda:InvokeFunction on "*" is refused by IAM before the
+// function runs (an explicit Deny in a resource-based policy overrides an
+// identity-based Allow; Lambda accepts Deny statements in a function's full
+// JSON policy, AWS::Lambda::ResourcePolicy,
+// https://docs.aws.amazon.com/lambda/latest/dg/access-control-resource-based.html).
+// The proof stays the control the function itself enforces: it holds if the
+// policy is changed or removed.
+func (b *builder) storeInvokers() {
+	store, reconciler := b.functions["reconcilestore"], b.functions["reconcile"]
+	roleArn := reconciler.Role().RoleArn()
+	store.AddEnvironment(jsii.String("RECONCILER_ROLE_ARN"), roleArn, nil)
+	awslambda.NewCfnResourcePolicy(b.stack, jsii.String("ReconcilestoreInvokers"), &awslambda.CfnResourcePolicyProps{
+		ResourceArn: store.FunctionArn(),
+		PolicyDocument: map[string]any{
+			"Version": "2012-10-17",
+			"Statement": []any{map[string]any{
+				"Sid":       "OnlyTheReconcilerInvokes",
+				"Effect":    "Deny",
+				"Principal": "*",
+				"Action":    "lambda:InvokeFunction",
+				"Resource":  []any{store.FunctionArn(), awscdk.Fn_Join(jsii.String(""), &[]*string{store.FunctionArn(), jsii.String(":*")})},
+				"Condition": map[string]any{"ArnNotEquals": map[string]any{"aws:PrincipalArn": roleArn}},
+			}},
+		},
+	})
+}
+
+// outboxBusPolicy denies events:PutEvents on the outbox bus to every
+// principal but the worker's role (an explicit Deny in the bus's policy
+// takes precedence over an identity-based Allow), so a consumer can trust
+// that an event on it came from the ledger. AWS services acting as
+// themselves (the archive's replays) are not denied.
+func (b *builder) outboxBusPolicy() {
+	if b.bus == nil {
+		return
+	}
+	b.bus.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("OnlyTheWorkerPutsEvents"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("events:PutEvents"),
+		Resources:  &[]*string{b.bus.EventBusArn()},
+		Conditions: &map[string]any{
+			"ArnNotEquals": map[string]any{"aws:PrincipalArn": b.functions["worker"].Role().RoleArn()},
+			"BoolIfExists": map[string]any{"aws:PrincipalIsAWSService": "false"},
+		},
+	}))
+}
+
+// dataEvents is a trail of the stack's own that records the Invoke data
+// events of the ops and store functions (who invoked, when, with which
+// request id: ops_audit.request_id finds the call) and no management
+// events (the account's own trail, if any, has those; a second copy of
+// management events is billed). Its bucket is kept when the stack is
+// deleted: an audit trail outlives what it audits.
+func (b *builder) dataEvents() {
+	bucket := awss3.NewBucket(b.stack, jsii.String("AuditTrailBucket"), &awss3.BucketProps{
+		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
+		Encryption:        awss3.BucketEncryption_S3_MANAGED,
+		EnforceSSL:        jsii.Bool(true),
+		Versioned:         jsii.Bool(true),
+		RemovalPolicy:     awscdk.RemovalPolicy_RETAIN,
+	})
+	suppress(bucket, false, suppression{
+		id: "AwsSolutions-S1",
+		reason: "The bucket holds only CloudTrail's log files of this stack's trail, written by CloudTrail and validated with " +
+			"digest files; S3 server access logs would need a second bucket that logs reads of the first",
+	})
+	trail := awscloudtrail.NewTrail(b.stack, jsii.String("AuditTrail"), &awscloudtrail.TrailProps{
+		Bucket:                     bucket,
+		IncludeGlobalServiceEvents: jsii.Bool(false),
+		IsMultiRegionTrail:         jsii.Bool(false),
+		EnableFileValidation:       jsii.Bool(true),
+		ManagementEvents:           awscloudtrail.ReadWriteType_NONE,
+	})
+	trail.AddLambdaEventSelector(&[]awslambda.IFunction{b.functions["ops"], b.functions["reconcilestore"]}, &awscloudtrail.AddEventSelectorOptions{
+		IncludeManagementEvents: jsii.Bool(false),
+		ReadWriteType:           awscloudtrail.ReadWriteType_ALL,
+	})
+	awscdk.NewCfnOutput(b.stack, jsii.String("AuditTrailBucketName"), &awscdk.CfnOutputProps{
+		Description: jsii.String("CloudTrail data events (Invoke) of the ops and store functions, with the caller's identity"),
+		Value:       bucket.BucketName(),
+	})
+}
+
+// securityAlarms: a request to the store function that was not the
+// reconciler's, and webhook requests refused before storing (anything but
+// a valid, signed Stripe delivery).
+func (b *builder) securityAlarms() []alarmSpec {
+	notBreaching := awscloudwatch.TreatMissingData_NOT_BREACHING
+	return []alarmSpec{
+		{
+			id: "ReconcileStoreRefusedAlarm",
+			description: "The reconciler's store function refused a request not proven to come from the reconciler's role (InvokeProofRefused; " +
+				"the log line \"store request refused\" has the reason and the signer). Somebody other than the reconciler invoked it: " +
+				"find who in the stack's CloudTrail (AuditTrailBucketName, Invoke events of the store function) and remove their " +
+				"lambda:InvokeFunction. Nothing was stored. (Once, during the upgrade that introduced proofs, the previous reconciler's " +
+				"unproven requests are refused: that is expected.)",
+			metric:    b.emf("reconcilestore", "InvokeProofRefused", "Sum"),
+			threshold: 0, periods: 1, missing: notBreaching,
+		},
+		{
+			id: "WebhookRejectedAlarm",
+			description: "The webhook refused requests (Rejected; by Reason on the dashboard and in the log): bad_signature or signature_too_old " +
+				"after a signing-secret roll or with a wrong secret (Stripe retries: fix it within 3 days), unknown_endpoint (a Stripe endpoint " +
+				"pointed at a wrong path), body_too_large or malformed_event, or requests that are not Stripe's (anything on the internet may " +
+				"reach the Function URL; docs/security.md on CloudFront and WAF).",
+			metric:    b.emf("webhook", "Rejected", "Sum"),
+			threshold: 0, periods: 1, missing: notBreaching,
+		},
+	}
+}
