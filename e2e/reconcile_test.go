@@ -207,7 +207,8 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 	t.Cleanup(api.Close)
 	now := time.Now()
 	for i := range 150 {
-		api.Add(stripetest.EventWith(fmt.Sprintf("evt_%03d", i), "invoice.paid", stripetest.Meta{Created: now.Add(-time.Duration(i+5) * time.Minute).Unix()},
+		// Older than the settle window (an hour): listed at once.
+		api.Add(stripetest.EventWith(fmt.Sprintf("evt_%03d", i), "invoice.paid", stripetest.Meta{Created: now.Add(-time.Hour - time.Duration(i+5)*time.Minute).Unix()},
 			stripetest.Invoice(fmt.Sprintf("in_%03d", i), "cus_1", "paid", 1000)))
 	}
 	// The key comes from Secrets Manager (the stand-in), as in AWS; the
@@ -227,7 +228,8 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 		"RECONCILE_ENDPOINT":               "billing",
 		"STRIPE_MODE":                      "test",
 		"RECONCILE_RATE":                   "100",
-		"RECONCILE_SLICE":                  "3d", // one slice: 2 pages of 100 and 50
+		"RECONCILE_LOOKBACK":               "4h",
+		"RECONCILE_SLICE":                  "3d", // a probe of [-4h, -1h) has more; [-4h, -2h30m) holds 65; then 85 after them
 		"DEADLINE_MARGIN":                  "3s",
 		"METRICS_NAMESPACE":                "StripeInboxE2E",
 		"METRICS_DIMENSIONS":               "Stage=e2e",
@@ -261,8 +263,8 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 	if resp.Status != 200 || json.Unmarshal(resp.Body, &s) != nil {
 		t.Fatalf("reconcile answered %d %s", resp.Status, resp.Body)
 	}
-	if s.Stored != 150 || s.Pages != 2 || !s.Complete {
-		t.Fatalf("summary %s: want 150 stored in 2 pages, complete", resp.Body)
+	if s.Stored != 150 || s.Pages != 3 || !s.Complete {
+		t.Fatalf("summary %s: want 150 stored in 3 pages (one probe narrowed, then oldest first), complete", resp.Body)
 	}
 	if n := db.Count(t, "webhook_inbox", "source = 'reconcile'"); n != 150 {
 		t.Fatalf("%d receipts stored, want 150", n)
@@ -277,4 +279,15 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 	if json.Unmarshal(resp.Body, &s) != nil || s.Stored != 0 {
 		t.Fatalf("second run: %s", resp.Body)
 	}
+
+	// An operator rolls the key in the Stripe dashboard and stores the new
+	// one: the warm function's next run gets a 401, fetches the key again
+	// and goes on, without a cold start.
+	api.SetKey("rk_test_e2e_rolled")
+	sm.set(keyARN, "rk_test_e2e_rolled")
+	resp = invoke(t, rec, scheduledEvent("reconcile"))
+	if resp.Status != 200 || json.Unmarshal(resp.Body, &s) != nil || !s.Complete {
+		t.Fatalf("run after the roll: %d %s", resp.Status, resp.Body)
+	}
+	waitLog(t, rec, "the key fetched again differs (rolled) and is used from now on")
 }

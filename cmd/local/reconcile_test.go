@@ -15,6 +15,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/config"
 	"github.com/stripe-inbox/inbox/internal/config/configtest"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
+	"github.com/stripe-inbox/inbox/internal/reconcile"
 	"github.com/stripe-inbox/inbox/internal/reconcile/fakeapi"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
 )
@@ -30,7 +31,11 @@ func TestHalfDeliveredHalfReconciledAppliesOnce(t *testing.T) {
 	t.Cleanup(api.Close)
 
 	now := time.Now()
-	at := func(ago time.Duration) stripetest.Meta { return stripetest.Meta{Created: now.Add(-ago).Unix()} }
+	// Older than the settle window (an hour), as events Stripe has stopped
+	// retrying soon are: the reconciler lists them at once.
+	at := func(ago time.Duration) stripetest.Meta {
+		return stripetest.Meta{Created: now.Add(-reconcile.DefaultSettle - ago).Unix()}
+	}
 	created := stripetest.EventWith("evt_created", "invoice.created", at(50*time.Minute), stripetest.Invoice("in_1", "cus_1", "draft", 1000))
 	finalized := stripetest.EventWith("evt_finalized", "invoice.finalized", at(40*time.Minute), stripetest.Invoice("in_1", "cus_1", "open", 1000))
 	paid := stripetest.EventWith("evt_paid", "invoice.paid", at(30*time.Minute), stripetest.Invoice("in_1", "cus_1", "paid", 1000))

@@ -89,8 +89,12 @@ func run(ctx context.Context, args []string, env config.Env, stdout, stderr io.W
 		total, err = local(ctx, env, from, to, typeList, p)
 	}
 	p.done()
-	fmt.Fprintf(stdout, "window %s – %s: %d pages, %d events listed, %d stored (missing), %d already present%s\n",
-		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), total.Pages, total.Events, total.Stored, total.AlreadyPresent, byType(total.MissingByType))
+	unsettled := ""
+	if total.StoredUnsettled > 0 {
+		unsettled = fmt.Sprintf(", %d stored younger than the settle window (Stripe may still deliver them; not counted as missing)", total.StoredUnsettled)
+	}
+	fmt.Fprintf(stdout, "window %s – %s: %d pages, %d events listed, %d stored (missing), %d already present%s%s\n",
+		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), total.Pages, total.Events, total.Stored, total.AlreadyPresent, unsettled, byType(total.MissingByType))
 	return err
 }
 
@@ -116,7 +120,7 @@ func local(ctx context.Context, env config.Env, from, to time.Time, types []stri
 		return reconcile.Summary{}, err
 	}
 	defer r.Close()
-	r.OnPage = func(pr reconcile.Progress) { p.show(pr.Pages, pr.Stored, pr.AlreadyPresent, pr.Slice[0]) }
+	r.OnPage = func(pr reconcile.Progress) { p.show(pr.Pages, pr.Stored, pr.AlreadyPresent, pr.Reached) }
 	return r.Backfill(ctx, from, to, types)
 }
 
@@ -143,12 +147,21 @@ func invokeSlices(ctx context.Context, client reconcile.Invoker, function string
 		s, err := reconcile.InvokeBackfill(ctx, client, function, reconcile.Invocation{Since: &a, Until: &b, Types: types})
 		total.Pages += s.Pages
 		total.Events += s.Events
+		total.StoredUnsettled += s.StoredUnsettled
 		total.Counts.Add(s.Counts)
 		p.show(total.Pages, total.Stored, total.AlreadyPresent, a)
 		if err != nil {
 			return total, fmt.Errorf("window %s – %s: %w", a.UTC().Format(time.RFC3339), b.UTC().Format(time.RFC3339), err)
 		}
-		a = b
+		switch {
+		case s.Complete:
+			a = b
+		case s.Reached.After(a):
+			a = s.Reached // the invocation's deadline came first: the next one goes on from where it got to
+		default:
+			return total, fmt.Errorf("window %s – %s: an invocation stopped at its deadline without storing a page; try a shorter --slice",
+				a.UTC().Format(time.RFC3339), b.UTC().Format(time.RFC3339))
+		}
 	}
 	return total, nil
 }

@@ -33,7 +33,14 @@ func TestLocalBackfillIsIdempotent(t *testing.T) {
 	api := fakeapi.New("")
 	t.Cleanup(api.Close)
 	for i := range 120 {
-		raw := recent(fmt.Sprintf("evt_%03d", i), "invoice.paid", time.Duration(i+5)*time.Minute)
+		// Created 5 to 54 minutes ago (i < 50) or 65 to 134 minutes ago:
+		// minutes from the settle window's end (an hour), whatever the
+		// machine's speed.
+		age := time.Duration(i+5) * time.Minute
+		if i >= 50 {
+			age += 10 * time.Minute
+		}
+		raw := recent(fmt.Sprintf("evt_%03d", i), "invoice.paid", age)
 		api.Add(raw)
 		if i%4 == 0 {
 			ev, err := stripeevent.Parse(raw)
@@ -47,12 +54,15 @@ func TestLocalBackfillIsIdempotent(t *testing.T) {
 
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"--since", "3h", "--types", "invoice.paid"}, env, &out, &errOut))
-	require.Contains(t, out.String(), "2 pages, 120 events listed, 90 stored (missing), 30 already present; stored by type {\"invoice.paid\":90}")
+	// 50 events are younger than the settle window (an hour): stored, not
+	// counted as missing; 13 of them and 17 older ones were delivered.
+	require.Contains(t, out.String(), "120 events listed, 53 stored (missing), 30 already present, "+
+		"37 stored younger than the settle window (Stripe may still deliver them; not counted as missing); stored by type {\"invoice.paid\":53}")
 	require.Equal(t, 120, db.Count(t, "webhook_inbox", ""))
 
 	out.Reset()
 	require.NoError(t, run(context.Background(), []string{"--since", "3h"}, env, &out, &errOut))
-	require.Contains(t, out.String(), "121 events listed, 1 stored (missing), 120 already present")
+	require.Contains(t, out.String(), "121 events listed, 0 stored (missing), 120 already present, 1 stored younger than the settle window")
 	_, ok, err := inbox.HighWater(context.Background(), db.Pool, "billing")
 	require.NoError(t, err)
 	require.False(t, ok, "a backfill leaves the mark alone")
@@ -93,7 +103,7 @@ func TestStageBackfillInvokesPerSlice(t *testing.T) {
 	api := fakeapi.New("")
 	t.Cleanup(api.Close)
 	for i := range 30 {
-		api.Add(recent(fmt.Sprintf("evt_%02d", i), "invoice.paid", time.Duration(i)*10*time.Minute+time.Minute))
+		api.Add(recent(fmt.Sprintf("evt_%02d", i), "invoice.paid", time.Duration(i)*10*time.Minute+5*time.Minute))
 	}
 	client, err := reconcile.NewClient(reconcile.ClientConfig{Key: fakeapi.Key, BaseURL: api.URL, Rate: 100})
 	require.NoError(t, err)
@@ -105,7 +115,8 @@ func TestStageBackfillInvokesPerSlice(t *testing.T) {
 	total, err := invokeSlices(context.Background(), inv, FunctionName("dev"), now.Add(-6*time.Hour), now, nil, 2*time.Hour, newProgress(&bytes.Buffer{}))
 	require.NoError(t, err)
 	require.Len(t, inv.calls, 3)
-	require.Equal(t, 30, total.Stored)
+	require.Equal(t, 24, total.Stored)
+	require.Equal(t, 6, total.StoredUnsettled, "created less than the settle window (an hour) ago")
 	require.Equal(t, 30, db.Count(t, "webhook_inbox", "source = 'reconcile'"))
 	require.Equal(t, "StripeInbox-dev-reconcile", FunctionName("dev"))
 }

@@ -229,8 +229,8 @@ func (b *builder) monitoring() {
 				Title: jsii.String("Alarms"), Alarms: &alarms, Width: jsii.Number(24),
 			})},
 			{
-				graph("Webhook: received, duplicate, rejected (by reason)", 12,
-					b.emf("webhook", "Received", "Sum"), b.emf("webhook", "Duplicate", "Sum"), b.rejected()),
+				graph("Webhook: received, duplicate, replaced a listed copy, rejected (by reason)", 12,
+					b.emf("webhook", "Received", "Sum"), b.emf("webhook", "Duplicate", "Sum"), b.emf("webhook", "ListedCopyReplaced", "Sum"), b.rejected()),
 				graph("Webhook: store failures and URL errors", 12,
 					b.emf("webhook", "StoreFailed", "Sum"), url5xx, url4xx),
 			},

@@ -42,9 +42,9 @@ const ReconcileUser = "inbox_reconcile"
 // one. Never change it (a changed template value overwrites the real key).
 const APIKeyPlaceholder = "PLACEHOLDER: store a Stripe restricted key with read access to events (rk_...) here with aws secretsmanager put-secret-value"
 
-// ReconcileTimeout is the reconciler function's timeout. Its runs stop
-// starting slices DEADLINE_MARGIN (20s) before it and leave the rest to the
-// next run.
+// ReconcileTimeout is the reconciler function's timeout. Its runs ask for
+// no new page DEADLINE_MARGIN (20s) before it and leave the rest to the
+// next run, the mark moved to the last stored page.
 const ReconcileTimeout = 10 * 60
 
 func (b *builder) reconcile() {
@@ -56,7 +56,7 @@ func (b *builder) reconcile() {
 	suppress(b.apiKey, false, suppression{
 		id: "AwsSolutions-SMG4",
 		reason: "Stripe issues the restricted key and only Stripe can roll it; operators roll it in the Stripe dashboard " +
-			"and store the new key (the reconciler reads it at each cold start)",
+			"and store the new key (the reconciler reads it at each cold start, and again when Stripe answers 401)",
 	})
 
 	store := b.newFunction(function{
@@ -146,8 +146,16 @@ func (b *builder) reconcileAlarms() []alarmSpec {
 		description: "The reconciler found events on Stripe's Events API that the webhook never received, and stored them " +
 			"(EventsFoundMissing; the dashboard shows them by type). The worker applies them, but deliveries are failing: " +
 			"check the endpoint in the Stripe dashboard (disabled? failing deliveries? subscribed to every type the handlers read?), " +
-			"WebhookUrl5xx and the signing secret. SELECT event_type, count(*) FROM webhook_inbox WHERE source = 'reconcile' GROUP BY 1.",
+			"WebhookUrl5xx and the signing secret. SELECT event_type, source, count(*) FROM webhook_inbox WHERE listed_first OR source = 'reconcile' GROUP BY 1, 2 " +
+			"(source webhook: the endpoint delivered it later, and its copy replaced the listed one).",
 		metric:    b.emf("reconcile", "EventsFoundMissing", "Sum"),
+		threshold: 0, periods: 1, missing: awscloudwatch.TreatMissingData_NOT_BREACHING,
+	}, {
+		id: "ReconcileBeyondHorizonAlarm",
+		description: "The reconciler's mark is older than the Events API's 30 days (ReconcileWindowClamped; ReconcileMarkAgeSeconds on the dashboard): " +
+			"events created in the gap can no longer be listed, and any the webhook missed then are not repaired. Compare the gap with the Stripe dashboard " +
+			"(Developers, Events; the endpoint's failed deliveries) and book what is missing by hand (docs/operations.md).",
+		metric:    b.emf("reconcile", "ReconcileWindowClamped", "Maximum"),
 		threshold: 0, periods: 1, missing: awscloudwatch.TreatMissingData_NOT_BREACHING,
 	}}
 	// Every run reports ReconcileFailed (0 or 1), failed or not. No report
@@ -190,6 +198,8 @@ func (b *builder) reconcileRow() *[]awscloudwatch.IWidget {
 			b.emf("reconcile", "ReconcileAlreadyPresent", "Sum"), b.emf("reconcile", "EventsFoundMissing", "Sum"),
 			b.emf("reconcile", "ReconcileFailed", "Sum")),
 		graph("Events found missing (never delivered by the webhook), by type", byType),
+		graph("Reconciler: age of the mark (s; the Events API keeps 30 days), window cut at 30 days",
+			b.emf("reconcile", "ReconcileMarkAgeSeconds", "Maximum"), b.emf("reconcile", "ReconcileWindowClamped", "Maximum")),
 	}
 }
 

@@ -92,6 +92,13 @@ func TestReconcileScheduleAndAlarms(t *testing.T) {
 	require.Equal(t, "LessThanThreshold", stale["ComparisonOperator"])
 	require.Contains(t, asJSON(t, stale["Metrics"]), `"Period":1800`)
 	require.Contains(t, asJSON(t, stale["Metrics"]), `"MetricName":"ReconcileFailed"`)
+	// A mark older than the Events API's 30 days is an alarm, not only a
+	// log line.
+	horizon := names["StripeInbox-dev-ReconcileBeyondHorizon"]
+	require.NotNil(t, horizon)
+	require.Contains(t, asJSON(t, horizon["Metrics"]), `"MetricName":"ReconcileWindowClamped"`)
+	require.Equal(t, 0.0, horizon["Threshold"])
+	require.Equal(t, "GreaterThanThreshold", horizon["ComparisonOperator"])
 	require.Contains(t, names, "StripeInbox-dev-ReconcileErrors")
 	require.Contains(t, names, "StripeInbox-dev-ReconcilestoreErrors")
 
@@ -99,6 +106,7 @@ func TestReconcileScheduleAndAlarms(t *testing.T) {
 	body := asJSON(t, props(dash)["DashboardBody"])
 	require.Contains(t, body, "Events found missing")
 	require.Contains(t, body, `MetricName=\\\"EventsFoundMissing\\\"`)
+	require.Contains(t, body, "ReconcileMarkAgeSeconds")
 }
 
 func TestReconcileSettings(t *testing.T) {

@@ -499,7 +499,7 @@ func TestAlarms(t *testing.T) {
 	for metric, count := range map[string]int{
 		"OldestUnprocessedAgeSeconds": 1, "NeedsReviewCount": 1, "AnomalyCount": 1, "StoreFailed": 1,
 		"Url5xxCount": 1, "Errors": 7, "Throttles": 3, "UnexpectedApiVersion": 1, "FreeStorageSpace": 1, "DatabaseConnections": 1,
-		"EventsFoundMissing": 1,
+		"EventsFoundMissing": 1, "ReconcileWindowClamped": 1,
 	} {
 		require.Len(t, byMetric[metric], count, metric)
 	}
@@ -563,7 +563,7 @@ func TestDashboard(t *testing.T) {
 	body := asJSON(t, props(dash)["DashboardBody"])
 	for _, want := range []string{
 		`SEARCH('{\\\"StripeInbox\\\",Reason,Service,Stage} MetricName=\\\"Rejected\\\" Service=\\\"webhook\\\" Stage=\\\"dev\\\"', 'Sum', 300)`,
-		"Received", "Duplicate", "BacklogCount", "OldestUnprocessedAgeSeconds", "Processed", "Failed", "Ignored",
+		"Received", "Duplicate", "ListedCopyReplaced", "BacklogCount", "OldestUnprocessedAgeSeconds", "Processed", "Failed", "Ignored",
 		"NeedsReviewCount", "AnomalyCount", "PurgedReceipts", "Duration", "Errors", "DatabaseConnections",
 	} {
 		require.Contains(t, body, want)

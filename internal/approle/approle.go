@@ -10,10 +10,13 @@
 //
 //   - the webhook's user (inbox_webhook): INSERT on the columns of
 //     webhook_inbox a receipt is stored with, SELECT of the receipt key
-//     (provider, endpoint, event_id), and SELECT and UPDATE of duplicates (a
-//     duplicate delivery counts itself). Nothing else: it cannot read
-//     payloads, change a receipt otherwise, delete one, or touch any other
-//     table.
+//     (provider, endpoint, event_id), SELECT and UPDATE of duplicates (a
+//     duplicate delivery counts itself), and what its delivery needs to
+//     replace a copy the reconciler listed first: UPDATE of payload,
+//     payload_raw, api_version, secret_fingerprint, signed_at, source and
+//     listed_first, SELECT of source, processed_at and listed_first.
+//     Nothing else: it cannot read payloads, change a receipt's processing
+//     state, delete one, or touch any other table.
 //
 //   - the reconciler's store function's user (inbox_reconcile; optional,
 //     Roles.Reconcile): the webhook's INSERT on webhook_inbox (store a

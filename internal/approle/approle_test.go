@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -349,13 +350,44 @@ func TestWebhookRoleMayOnlyStoreReceipts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.NotifyChannel, note.Channel)
 
+	// The endpoint's delivery of an event the reconciler listed first
+	// replaces the listed copy while the receipt is unprocessed
+	// (inbox.Store's ON CONFLICT DO UPDATE), and is a duplicate once it is
+	// processed.
+	for _, id := range []string{"evt_listed", "evt_listed_done"} {
+		listed, err := stripeevent.Parse(withAPIVersion(t, stripetest.Event(id, "invoice.paid", stripetest.Invoice("in_"+id, "cus_1", "paid", 1000)), "2024-06-20"))
+		require.NoError(t, err)
+		out, err := inbox.StoreFrom(d.ctx, d.db.Pool, inbox.SourceReconcile, "billing", listed)
+		require.NoError(t, err)
+		require.Equal(t, inbox.Stored, out)
+	}
+	_, err = d.db.Pool.Exec(d.ctx, "UPDATE webhook_inbox SET processed_at = now(), outcome = 'applied' WHERE event_id = 'evt_listed_done'")
+	require.NoError(t, err)
+	require.Equal(t, inbox.Replaced, receive(t, webhook, stripetest.Event("evt_listed", "invoice.paid", stripetest.Invoice("in_evt_listed", "cus_1", "paid", 1000))))
+	require.Equal(t, inbox.Duplicate, receive(t, webhook, stripetest.Event("evt_listed_done", "invoice.paid", stripetest.Invoice("in_evt_listed_done", "cus_1", "paid", 1000))))
+	require.Equal(t, 1, d.db.Count(t, "webhook_inbox", "event_id = 'evt_listed' AND source = 'webhook' AND listed_first AND api_version = $1 AND secret_fingerprint IS NOT NULL", stripetest.APIVersion))
+	require.Equal(t, 1, d.db.Count(t, "webhook_inbox", "event_id = 'evt_listed_done' AND source = 'reconcile' AND listed_first AND api_version = '2024-06-20'"))
+
 	requireDenied(t, webhook,
 		// Receipts: no reading their content, no changing or deleting them,
 		// no setting the worker's state on insert.
 		"SELECT payload FROM webhook_inbox",
 		"SELECT * FROM webhook_inbox",
 		"UPDATE webhook_inbox SET processed_at = now(), outcome = 'applied'",
+		"UPDATE webhook_inbox SET processed_at = NULL",
+		"UPDATE webhook_inbox SET attempts = 0, available_at = now()",
+		// The columns a delivery replaces, outside a delivery replacing a
+		// listed copy of an unprocessed receipt: refused by the table's
+		// content guard (migrations/0014_listed_first.sql), for a delivered
+		// receipt, a processed one, or one going back to 'reconcile'.
 		"UPDATE webhook_inbox SET payload = '{}'",
+		"UPDATE webhook_inbox SET payload = '{}' WHERE event_id = 'evt_1'",
+		"UPDATE webhook_inbox SET api_version = '2020-01-01' WHERE event_id = 'evt_listed'",
+		"UPDATE webhook_inbox SET source = 'reconcile', listed_first = false WHERE event_id = 'evt_listed'",
+		"UPDATE webhook_inbox SET payload = '{}', source = 'webhook', listed_first = true WHERE event_id = 'evt_listed_done'",
+		// The store may not copy EXCLUDED's payload: that reads payload.
+		`INSERT INTO webhook_inbox AS w (provider, endpoint, event_id, event_type, livemode, payload) VALUES ('stripe', 'billing', 'evt_1', 'invoice.paid', false, '{}')
+			ON CONFLICT (provider, endpoint, event_id) DO UPDATE SET payload = EXCLUDED.payload RETURNING w.payload`,
 		"DELETE FROM webhook_inbox",
 		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, processed_at, outcome)
 			VALUES ('stripe', 'billing', 'evt_2', 'invoice.paid', false, '{}', now(), 'applied')`,
@@ -373,6 +405,17 @@ func TestWebhookRoleMayOnlyStoreReceipts(t *testing.T) {
 		"CREATE TEMP TABLE scratch (id int)",
 	)
 	requireDenied(t, webhook, ddl...)
+}
+
+// withAPIVersion returns payload with its api_version replaced.
+func withAPIVersion(t *testing.T, payload []byte, version string) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(payload, &m))
+	m["api_version"] = version
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
 }
 
 // TestPurgeRoleMayOnlyPurge: the purge's role runs internal/retention

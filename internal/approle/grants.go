@@ -15,6 +15,12 @@ import (
 // column only the worker may write must add it here.
 var WorkerStateColumns = []string{"received_at", "available_at", "attempts", "last_error", "processed_at", "outcome"}
 
+// DeliveryReplaces are the columns of webhook_inbox the endpoint's delivery
+// replaces in a receipt the reconciler listed first (inbox.Store,
+// migrations/0014_listed_first.sql): the webhook may update these, and no
+// other but duplicates.
+var DeliveryReplaces = []string{"payload", "payload_raw", "api_version", "secret_fingerprint", "signed_at", "source", "listed_first"}
+
 // receiptKey is the part of a receipt the webhook may read back.
 var receiptKey = []string{"provider", "endpoint", "event_id"}
 
@@ -145,6 +151,15 @@ func grants(roles Roles, webhookInsert []string) []string {
 		// its row picked FOR UPDATE SKIP LOCKED): UPDATE and SELECT of that
 		// one column.
 		"GRANT SELECT (duplicates), UPDATE (duplicates) ON public.webhook_inbox TO "+webhook,
+		// The endpoint's delivery of an event the reconciler listed first
+		// replaces the listed copy while the receipt is unprocessed
+		// (inbox.Store: INSERT ... ON CONFLICT DO UPDATE SET <these> WHERE
+		// source = 'reconcile' AND processed_at IS NULL RETURNING
+		// listed_first): UPDATE of the columns it sets, SELECT of the two it
+		// tests and the one it returns. Not SELECT of payload: the statement
+		// sets the columns from its parameters, not from EXCLUDED.
+		"GRANT UPDATE ("+quoteAll(DeliveryReplaces)+") ON public.webhook_inbox TO "+webhook,
+		"GRANT SELECT (source, processed_at, listed_first) ON public.webhook_inbox TO "+webhook,
 
 		// The purge (internal/retention): delete processed receipts and
 		// published outbox rows, scrub payloads. Its batches pick rows by

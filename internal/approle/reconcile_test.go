@@ -45,12 +45,14 @@ func TestReconcileRoleMayOnlyStoreReceiptsAndItsMark(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, hw.Equal(mark.Add(time.Hour)))
-	require.Equal(t, 2, d.db.Count(t, "webhook_inbox", "source = 'reconcile'"))
+	require.Equal(t, 2, d.db.Count(t, "webhook_inbox", "source = 'reconcile' AND listed_first"))
 
 	requireDenied(t, conn,
 		"SELECT payload FROM webhook_inbox",
 		"UPDATE webhook_inbox SET processed_at = now(), outcome = 'applied'",
 		"UPDATE webhook_inbox SET source = 'webhook'",
+		"UPDATE webhook_inbox SET payload = '{}'",
+		"SELECT listed_first FROM webhook_inbox",
 		"DELETE FROM webhook_inbox",
 		"DELETE FROM reconcile_high_water",
 		`INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, processed_at, outcome)

@@ -32,7 +32,8 @@ func (r *Reconciler) Close() {
 }
 
 // NewReconciler fetches the Stripe API key (failing when it is missing, not
-// a key, or of the other mode than STRIPE_MODE) and builds the reconciler:
+// a key, or of the other mode than STRIPE_MODE; and again, once, when Stripe
+// answers 401: ClientConfig.RefetchKey) and builds the reconciler:
 // pages go to the store function (STORE_FUNCTION, a Lambda Invoke) or to the
 // database (DATABASE_URL).
 func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger, out io.Writer) (*Reconciler, error) {
@@ -54,22 +55,30 @@ func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger,
 			prover = invokeproof.NewSigner(cfg)
 		}
 	}
-	key, mode, err := secrets.FetchAPIKey(ctx, fetch, c.APIKeyRef, c.SecretFetchTimeout)
+	fetchKey := func(ctx context.Context) (string, error) {
+		key, mode, err := secrets.FetchAPIKey(ctx, fetch, c.APIKeyRef, c.SecretFetchTimeout)
+		if err != nil {
+			return "", err
+		}
+		if c.APIKeyFromSecretsManager {
+			// In AWS only a restricted key: the function needs Events: Read,
+			// nothing else. (A local run may use any test key.)
+			if err := secrets.CheckRestricted(key); err != nil {
+				return "", fmt.Errorf("the Stripe API key's secret: %w", err)
+			}
+		}
+		if c.Mode != "" && mode != c.Mode {
+			return "", fmt.Errorf("the Stripe API key is a %s-mode key but STRIPE_MODE=%s: store a key of the mode this deployment books", mode, c.Mode)
+		}
+		return key, nil
+	}
+	key, err := fetchKey(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if c.APIKeyFromSecretsManager {
-		// In AWS only a restricted key: the function needs Events: Read,
-		// nothing else. (A local run may use any test key.)
-		if err := secrets.CheckRestricted(key); err != nil {
-			return nil, fmt.Errorf("the Stripe API key's secret: %w", err)
-		}
-	}
-	if c.Mode != "" && mode != c.Mode {
-		return nil, fmt.Errorf("the Stripe API key is a %s-mode key but STRIPE_MODE=%s: store a key of the mode this deployment books", mode, c.Mode)
-	}
 	cc := c.Client
 	cc.Key = key
+	cc.RefetchKey = fetchKey // once after a 401: a rolled key works without a cold start
 	cc.Logger = logger
 	client, err := reconcile.NewClient(cc)
 	if err != nil {

@@ -73,8 +73,10 @@ func HandlerTypes() []string {
 //   - RECONCILE_ENDPOINT (default WEBHOOK_ENDPOINT, else billing): the
 //     endpoint the events are stored for;
 //   - RECONCILE_LOOKBACK (3d; 1m to 30d, Stripe's horizon): the first
-//     window; RECONCILE_OVERLAP (10m; 0 to 24h); RECONCILE_SETTLE (1m; 0 to
-//     5m); RECONCILE_SLICE (6h; 1m to 30d);
+//     window; RECONCILE_OVERLAP (10m; 0 to 24h); RECONCILE_SETTLE (1h; 0 to
+//     72h: the window ends this far behind now, so that Stripe's own retries
+//     deliver first; see reconcile.DefaultSettle); RECONCILE_SLICE (6h; 1m
+//     to 30d: the widest span the probe for a window's oldest page lists);
 //   - RECONCILE_RATE (5 requests/s; 1 to 100, Stripe's live read limit; 25
 //     in test mode), RECONCILE_MAX_ATTEMPTS (8; 1 to 20),
 //     RECONCILE_PAGE_LIMIT (100; 1 to 100), DEADLINE_MARGIN (20s),
@@ -218,7 +220,7 @@ const LocalReconcile = "reconcile"
 // loadLocalReconcile reads the local contract of the reconciler:
 // STRIPE_API_KEY (it runs only when set), RECONCILE_INTERVAL (default 15m,
 // 1s to 24h), STRIPE_API_BASE, RECONCILE_LOOKBACK (3d, at most 30d),
-// RECONCILE_SETTLE (at most 5m) and the other LoadReconcile variables; the
+// RECONCILE_SETTLE (at most 72h) and the other LoadReconcile variables; the
 // events are stored for WEBHOOK_ENDPOINT through DATABASE_URL.
 func (p *problems) loadLocalReconcile(env Env, l *Local) {
 	listed := slices.Contains(l.Components, LocalReconcile)

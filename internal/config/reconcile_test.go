@@ -13,7 +13,7 @@ func TestLoadReconcile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "shop", c.Reconcile.Endpoint)
 	require.Equal(t, 72*time.Hour, c.Reconcile.Lookback)
-	require.Equal(t, time.Minute, c.Reconcile.Settle)
+	require.Equal(t, time.Hour, c.Reconcile.Settle, "long enough that Stripe's own retries normally win")
 	require.Equal(t, DefaultStripeAPIBase, c.Client.BaseURL)
 	require.Len(t, c.Reconcile.Types, len(HandlerTypes()))
 
@@ -27,12 +27,12 @@ func TestLoadReconcile(t *testing.T) {
 	require.True(t, c.APIKeyFromSecretsManager)
 
 	_, err = LoadReconcile(MapEnv(map[string]string{
-		"STRIPE_API_KEY": "whsec_oops", "RECONCILE_LOOKBACK": "31d", "RECONCILE_SETTLE": "6m",
+		"STRIPE_API_KEY": "whsec_oops", "RECONCILE_LOOKBACK": "31d", "RECONCILE_SETTLE": "73h",
 		"STRIPE_API_BASE": "api.stripe.com", "RECONCILE_RATE": "500",
 	}))
 	require.ErrorContains(t, err, "STRIPE_API_KEY: it is not a Stripe API key")
 	require.ErrorContains(t, err, "RECONCILE_LOOKBACK=744h0m0s: must be from 1m to 30d")
-	require.ErrorContains(t, err, "RECONCILE_SETTLE=6m0s: must be from 0 to 5m0s")
+	require.ErrorContains(t, err, "RECONCILE_SETTLE=73h0m0s: must be from 0 to 72h0m0s")
 	require.ErrorContains(t, err, `STRIPE_API_BASE="api.stripe.com"`)
 	require.ErrorContains(t, err, `RECONCILE_RATE="500"`)
 	require.ErrorContains(t, err, "nowhere to store")
@@ -106,9 +106,9 @@ func TestLocalReconcileContract(t *testing.T) {
 
 	_, err = LoadLocal(env(map[string]string{"LOCAL_COMPONENTS": "worker,reconcile"}))
 	require.ErrorContains(t, err, "LOCAL_COMPONENTS lists reconcile but STRIPE_API_KEY is not set")
-	_, err = LoadLocal(env(map[string]string{"STRIPE_API_KEY": "rk_test_x", "RECONCILE_LOOKBACK": "45d", "RECONCILE_SETTLE": "10m", "RECONCILE_INTERVAL": "forever"}))
+	_, err = LoadLocal(env(map[string]string{"STRIPE_API_KEY": "rk_test_x", "RECONCILE_LOOKBACK": "45d", "RECONCILE_SETTLE": "100h", "RECONCILE_INTERVAL": "forever"}))
 	require.ErrorContains(t, err, "RECONCILE_LOOKBACK=1080h0m0s")
-	require.ErrorContains(t, err, "RECONCILE_SETTLE=10m0s")
+	require.ErrorContains(t, err, "RECONCILE_SETTLE=100h0m0s")
 	require.ErrorContains(t, err, `RECONCILE_INTERVAL="forever"`)
 }
 

@@ -45,15 +45,23 @@ type StoreOutcome string
 const (
 	// Stored: a new receipt was committed.
 	Stored StoreOutcome = "stored"
-	// Duplicate: a receipt with the same key was already committed.
+	// Replaced: the reconciler had stored the event first and the receipt
+	// was unprocessed; the endpoint's delivery replaced the listed copy
+	// (storeDelivery in queries.go).
+	Replaced StoreOutcome = "replaced"
+	// Duplicate: a receipt with the same key was already committed (and,
+	// for a delivery, it was the endpoint's own or already processed).
 	Duplicate StoreOutcome = "duplicate"
 )
 
-// Store commits a receipt for a verified event on endpoint. The single
-// INSERT ... ON CONFLICT DO NOTHING runs as its own transaction: when it
-// returns nil the row is durable, whether it was new or a duplicate. A
-// concurrent delivery of the same event waits on the primary key until the
-// first insert commits (Duplicate) or rolls back (Stored).
+// Store commits a receipt for an event the endpoint delivered (signature
+// verified). The single INSERT ... ON CONFLICT DO UPDATE (storeDelivery)
+// runs as its own transaction: when it returns nil the row is durable,
+// whether it was new, replaced a copy the reconciler listed first, or was a
+// duplicate. A concurrent delivery of the same event waits on the primary
+// key until the first insert commits (Duplicate) or rolls back (Stored); a
+// delivery of a listed receipt a worker is processing waits for the
+// worker's transaction (see storeDelivery).
 //
 // No event is refused for its content (see jsonb.go): when jsonb cannot hold
 // the event's text, payload gets a repaired copy and payload_raw the exact
@@ -62,7 +70,7 @@ const (
 // first attempt failed as a whole, so exactly one INSERT commits. db must
 // therefore be a pool or a connection, not a transaction.
 func Store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
-	return storeWith(ctx, db, storeReceipt, endpoint, ev, SourceWebhook)
+	return storeWith(ctx, db, storeDelivery, endpoint, ev)
 }
 
 // Source says who stored a receipt (column source).
@@ -76,14 +84,19 @@ const (
 	SourceReconcile Source = "reconcile"
 )
 
-// StoreFrom is Store for a receipt that source found: the same INSERT ... ON
-// CONFLICT DO NOTHING, so an event the webhook stored is a Duplicate here and
-// the other way round, and the receipt keeps the source that stored it first.
+// StoreFrom is Store for a receipt that source found. SourceWebhook is
+// Store. SourceReconcile (an event listed on Stripe's Events API) inserts
+// the receipt only when the inbox does not have it (storeListed): an event
+// the webhook stored is a Duplicate here, and a listed copy is replaced by
+// the endpoint's delivery while it is unprocessed (Store).
 func StoreFrom(ctx context.Context, db DB, source Source, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
-	if source != SourceWebhook && source != SourceReconcile {
-		return "", fmt.Errorf("storing receipt %s/%s: unknown source %q", endpoint, ev.ID, source)
+	switch source {
+	case SourceWebhook:
+		return storeWith(ctx, db, storeDelivery, endpoint, ev)
+	case SourceReconcile:
+		return storeWith(ctx, db, storeListed, endpoint, ev)
 	}
-	return storeWith(ctx, db, storeReceipt, endpoint, ev, source)
+	return "", fmt.Errorf("storing receipt %s/%s: unknown source %q", endpoint, ev.ID, source)
 }
 
 // StoreAndNotify is Store that also notifies resident workers listening on
@@ -91,7 +104,7 @@ func StoreFrom(ctx context.Context, db DB, source Source, endpoint string, ev st
 // notification only wakes a worker early: a worker that misses it finds the
 // receipt at its next poll.
 func StoreAndNotify(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
-	return storeWith(ctx, db, storeReceiptNotify, endpoint, ev, SourceWebhook)
+	return storeWith(ctx, db, storeDeliveryNotify, endpoint, ev)
 }
 
 // CountDuplicate records on the receipt of eventID that the webhook
@@ -111,16 +124,16 @@ func CountDuplicate(ctx context.Context, db DB, endpoint, eventID string) (count
 	return counted, nil
 }
 
-func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, source Source) (StoreOutcome, error) {
+func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
 	payload, repaired := jsonbText(ev.Payload)
 	var raw []byte
 	if repaired {
 		raw = ev.Payload
 	}
-	outcome, err := store(ctx, db, query, endpoint, ev, payload, raw, source)
+	outcome, err := store(ctx, db, query, endpoint, ev, payload, raw)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && refusedContent(pgErr.Code) {
-		outcome, err = store(ctx, db, query, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload, source)
+		outcome, err = store(ctx, db, query, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload)
 	}
 	if err != nil {
 		return "", fmt.Errorf("storing receipt %s/%s: %w", endpoint, ev.ID, err)
@@ -128,22 +141,32 @@ func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeeven
 	return outcome, nil
 }
 
-func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte, source Source) (StoreOutcome, error) {
-	var inserted bool
+// store runs one of the store statements; each returns no row for a
+// duplicate and else whether it replaced a listed copy (the notifying one
+// a second column, scanned and dropped).
+func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
+	var replaced bool
+	var notified *bool
 	var signedAt *time.Time
 	if !ev.SignedAt.IsZero() {
 		signedAt = &ev.SignedAt
 	}
+	dest := []any{&replaced}
+	if query == storeDeliveryNotify {
+		dest = append(dest, &notified)
+	}
 	err := db.QueryRow(ctx, query,
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
-		string(payload), raw, nullable(ev.SecretFingerprint), signedAt, string(source),
-	).Scan(&inserted)
+		string(payload), raw, nullable(ev.SecretFingerprint), signedAt,
+	).Scan(dest...)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Duplicate, nil
 	case err != nil:
 		return "", err
+	case replaced:
+		return Replaced, nil
 	}
 	return Stored, nil
 }

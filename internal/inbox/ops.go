@@ -92,6 +92,10 @@ type Receipt struct {
 	// Source is who stored it: "webhook" (a delivery) or "reconcile" (the
 	// reconciler found it on the Events API; the webhook never delivered it).
 	Source string `json:"source"`
+	// ListedFirst: the reconciler stored it before the endpoint's delivery
+	// arrived (with source "webhook", the delivery then replaced the
+	// listed copy; migrations/0014_listed_first.sql).
+	ListedFirst bool `json:"listed_first"`
 	// Payload is the event as stored, only when asked for: the exact bytes
 	// when they are JSON in valid UTF-8, else PayloadText (with invalid
 	// bytes replaced).
@@ -106,7 +110,7 @@ func scanReceipt(r pgx.CollectableRow) (Receipt, error) {
 	)
 	err := r.Scan(&x.Endpoint, &x.EventID, &x.EventType, &x.State, &x.APIVersion, &x.Livemode, &x.Account, &x.ObjectID,
 		&x.ReceivedAt, &x.SignedAt, &x.AvailableAt, &x.Attempts, &x.LastError, &x.ProcessedAt, &x.Outcome,
-		&x.SecretFingerprint, &x.Duplicates, &x.Source, &payload)
+		&x.SecretFingerprint, &x.Duplicates, &x.Source, &x.ListedFirst, &payload)
 	if payload != nil {
 		if utf8.Valid(payload) && json.Valid(payload) {
 			x.Payload = json.RawMessage(payload)

@@ -41,7 +41,7 @@ coalesce(api_version, ''), livemode, coalesce(account, ''), coalesce(object_id, 
 received_at, signed_at,
 CASE WHEN processed_at IS NULL AND available_at < 'infinity' THEN available_at END,
 attempts, coalesce(last_error, ''), processed_at, coalesce(outcome, ''),
-coalesce(secret_fingerprint, ''), duplicates, source,
+coalesce(secret_fingerprint, ''), duplicates, source, listed_first,
 CASE WHEN ` + payloadWanted + ` THEN coalesce(payload_raw, convert_to(payload::text, 'UTF8')) END`
 }
 

@@ -6,48 +6,89 @@ package inbox
 // parameters. The webhook sends them without a prepared-statement cache, the
 // worker with one (see internal/database).
 
-// storeReceipt: $1 provider, $2 endpoint, $3 event_id, $4 event_type,
-// $5 api_version, $6 livemode, $7 account, $8 object_id, $9 payload (text),
-// $10 payload_raw (bytea, NULL unless jsonb cannot hold the exact bytes; see
-// migrations/0007_receipt_payload_raw.sql), $11 secret_fingerprint (the
-// fingerprint of the signing secret that verified it), $12 signed_at (the
-// signature's timestamp; see migrations/0012_ops.sql), $13 source ('webhook'
-// or 'reconcile', migrations/0011_reconcile.sql). The webhook and the
-// reconciler store with this same statement, so an event stored by one is a
-// duplicate for the other.
-// Returns one row when the receipt is new, none when it is a duplicate.
-const storeReceipt = `
-INSERT INTO webhook_inbox
+// storeDelivery: the webhook's store. $1 provider, $2 endpoint, $3
+// event_id, $4 event_type, $5 api_version, $6 livemode, $7 account,
+// $8 object_id, $9 payload (text), $10 payload_raw (bytea, NULL unless jsonb
+// cannot hold the exact bytes; see migrations/0007_receipt_payload_raw.sql),
+// $11 secret_fingerprint (the fingerprint of the signing secret that
+// verified it), $12 signed_at (the signature's timestamp; see
+// migrations/0012_ops.sql).
+//
+// One statement, its own transaction. A new event is inserted (source
+// 'webhook'). An event the reconciler listed first (source 'reconcile',
+// storeListed) whose receipt is still unprocessed gets the delivery's copy:
+// the endpoint's delivery is the copy that counts (its API version is the
+// endpoint's; a listed event's is the one the account had when it was
+// created), so its payload, payload_raw, api_version, fingerprint and
+// signing time replace the listed ones, source becomes 'webhook' and
+// listed_first records that the reconciler had it first
+// (migrations/0014_listed_first.sql). Anything else is a duplicate and
+// changes nothing. The values come from the parameters, not from EXCLUDED:
+// reading EXCLUDED.payload would need SELECT on payload, which the
+// webhook's role must not have (internal/approle).
+//
+// Concurrency. ON CONFLICT DO UPDATE locks the existing row and evaluates
+// the WHERE on its latest version: while a worker holds the receipt (its
+// processing transaction locks the row), the delivery waits for it (bounded
+// by the webhook's store timeout); if the worker committed, the receipt is
+// processed and the delivery is a duplicate; if it rolled back, the
+// delivery's copy replaces the listed one and is what the next attempt
+// books. A concurrent first insert of the same event (the reconciler's, or
+// another delivery's) is waited for on the primary key, as before. The
+// worker's columns (attempts, available_at, last_error, ...) are left as
+// they are: a receipt that waits for review keeps waiting, now with the
+// delivery's copy.
+//
+// Returns listed_first: false for a new receipt, true when the delivery
+// replaced a listed copy; no row for a duplicate.
+const storeDelivery = `
+INSERT INTO webhook_inbox AS w
     (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at, source)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, $13)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, 'webhook')
+ON CONFLICT (provider, endpoint, event_id) DO UPDATE
+   SET payload            = $9::jsonb,
+       payload_raw        = $10::bytea,
+       api_version        = $5,
+       secret_fingerprint = $11,
+       signed_at          = $12,
+       source             = 'webhook',
+       listed_first       = true
+ WHERE w.source = 'reconcile'
+   AND w.processed_at IS NULL
+RETURNING w.listed_first`
+
+// storeListed: the reconciler's store, parameters as storeDelivery. An event
+// listed on the Events API that the inbox does not have yet is stored with
+// source 'reconcile' and listed_first; an event the inbox has is a duplicate
+// and changes nothing (a listed copy never replaces a delivery, nor another
+// listed copy). Returns a row when the receipt is new.
+const storeListed = `
+INSERT INTO webhook_inbox
+    (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at, source, listed_first)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, 'reconcile', true)
 ON CONFLICT (provider, endpoint, event_id) DO NOTHING
-RETURNING true`
+RETURNING false`
 
 // NotifyChannel is the channel a stored receipt is announced on
-// (storeReceiptNotify) and resident workers LISTEN on (listenReceipts). The
+// (storeDeliveryNotify) and resident workers LISTEN on (listenReceipts). The
 // payload is empty: a notification only says "claim now"; the claim reads
 // what there is.
 const NotifyChannel = "webhook_inbox"
 
-// storeReceiptNotify is storeReceipt that also sends a notification on
+// storeDeliveryNotify is storeDelivery that also sends a notification on
 // NotifyChannel, in the same statement and so in the same transaction:
 // PostgreSQL delivers it when the receipt commits, and never for a receipt
-// that rolled back. Only a new receipt notifies (the scalar subquery runs
-// once per inserted row; a duplicate inserts none). pg_notify is granted to
-// PUBLIC: the webhook's role needs nothing more. It costs throughput: a
-// transaction that notified takes a database-wide lock while it commits, so
-// notifying inserts commit one at a time (pgbench, 16 clients, fsync on:
-// about a third of the plain INSERT's rate). Hence NOTIFY is a setting.
-// Parameters as storeReceipt.
-const storeReceiptNotify = `
-WITH stored AS (
-    INSERT INTO webhook_inbox
-        (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at, source)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, $13)
-    ON CONFLICT (provider, endpoint, event_id) DO NOTHING
-    RETURNING true
+// that rolled back. Only a stored or replaced receipt notifies (the scalar
+// subquery runs once per returned row; a duplicate returns none). pg_notify
+// is granted to PUBLIC: the webhook's role needs nothing more. It costs
+// throughput: a transaction that notified takes a database-wide lock while
+// it commits, so notifying inserts commit one at a time (pgbench, 16
+// clients, fsync on: about a third of the plain INSERT's rate). Hence NOTIFY
+// is a setting. Parameters and result as storeDelivery.
+const storeDeliveryNotify = `
+WITH stored AS (` + storeDelivery + `
 )
-SELECT (SELECT true FROM pg_notify('` + NotifyChannel + `', '')) FROM stored`
+SELECT listed_first, (SELECT true FROM pg_notify('` + NotifyChannel + `', '')) FROM stored`
 
 // listenReceipts registers the session for NotifyChannel.
 const listenReceipts = "LISTEN " + NotifyChannel
@@ -306,7 +347,8 @@ DELETE FROM webhook_inbox
 
 // scrubbedPayload replaces a scrubbed receipt's payload. It must stay
 // identical to the literal in scrubPayloads and in the predicate of the index
-// webhook_inbox_unscrubbed (migrations/0004_retention_indexes.sql).
+// webhook_inbox_unscrubbed (migrations/0004_retention_indexes.sql), and
+// to the one the content guard admits (migrations/0014_listed_first.sql).
 const scrubbedPayload = `{"scrubbed": true}`
 
 // scrubPayloads: $1 scrub cutoff, $2 batch size. Replaces the payload of up

@@ -142,6 +142,7 @@ func TestShow(t *testing.T) {
 	require.Equal(t, 1, bill.Attempts)
 	require.Equal(t, 1, bill.Duplicates)
 	require.Equal(t, "webhook", bill.Source, "delivered by Stripe, not found by the reconciler")
+	require.False(t, bill.ListedFirst)
 	require.Equal(t, stripetest.APIVersion, bill.APIVersion)
 	require.Equal(t, stripeevent.Fingerprint(opstest.SecretNew), bill.SecretFingerprint)
 	require.NotNil(t, bill.SignedAt)

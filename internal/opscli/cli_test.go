@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/ops"
 	"github.com/stripe-inbox/inbox/internal/ops/opstest"
 	"github.com/stripe-inbox/inbox/internal/opscli"
@@ -131,6 +132,33 @@ func strconvI(n int64) string { return strconv.FormatInt(n, 10) }
 
 // Operator mistakes: exit 2, a message that says what to do, nothing
 // changed; with --json the error is JSON on stdout too.
+// show says when the reconciler listed a receipt before the endpoint's
+// delivery replaced its copy.
+func TestShowSaysTheReconcilerListedItFirst(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	payload := stripetest.Event("evt_listed", "invoice.paid", stripetest.Invoice("in_listed", "cus_1", "paid", 100))
+	listed, err := stripeevent.Parse(payload)
+	require.NoError(t, err)
+	_, err = inbox.StoreFrom(ctx, db.Pool, inbox.SourceReconcile, "billing", listed)
+	require.NoError(t, err)
+	env := map[string]string{"DATABASE_URL": db.URL, "MAX_ATTEMPTS": "10", "USER": "bob"}
+	r := run(t, env, "", "show", "evt_listed")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `source\s+reconcile\n`, r.stdout)
+
+	delivered, err := stripeevent.Verify(payload, stripetest.Sign(payload, time.Now(), "whsec_test"), []string{"whsec_test"})
+	require.NoError(t, err)
+	out, err := inbox.Store(ctx, db.Pool, "billing", delivered)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Replaced, out)
+	r = run(t, env, "", "show", "evt_listed")
+	require.Contains(t, r.stdout, "webhook (the reconciler listed it first; the delivery replaced its copy)")
+	shown := decode(t, run(t, env, "", "show", "--json", "evt_listed")).Show
+	require.True(t, shown.Receipts[0].ListedFirst)
+}
+
 func TestMistakesExitTwoAndChangeNothing(t *testing.T) {
 	t.Parallel()
 	fx, env := setup(t)

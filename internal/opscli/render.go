@@ -136,7 +136,7 @@ func renderShow(tw *tabwriter.Writer, s *ops.Shown) {
 			{"last error", r.LastError}, {"received", ts(&r.ReceivedAt)}, {"signed", ts(r.SignedAt)},
 			{"available", available}, {"processed", ts(r.ProcessedAt)},
 			{"api version", r.APIVersion}, {"livemode", fmt.Sprint(r.Livemode)}, {"account", r.Account},
-			{"object", r.ObjectID}, {"source", r.Source}, {"secret", r.SecretFingerprint}, {"duplicates", fmt.Sprint(r.Duplicates)},
+			{"object", r.ObjectID}, {"source", source(r)}, {"secret", r.SecretFingerprint}, {"duplicates", fmt.Sprint(r.Duplicates)},
 		} {
 			if kv[1] != "" && kv[1] != "-" {
 				fmt.Fprintf(tw, "  %s\t%s\n", kv[0], oneLine(kv[1], 200))
@@ -249,4 +249,13 @@ func renderOutboxRetry(tw *tabwriter.Writer, r *ops.OutboxRetryResult) {
 	if r.AuditID != 0 {
 		fmt.Fprintf(tw, "audit row %d\n", r.AuditID)
 	}
+}
+
+// source says who stored a receipt, and when the reconciler listed it
+// before the endpoint's delivery replaced its copy.
+func source(r inbox.Receipt) string {
+	if r.ListedFirst && r.Source == string(inbox.SourceWebhook) {
+		return r.Source + " (the reconciler listed it first; the delivery replaced its copy)"
+	}
+	return r.Source
 }

@@ -35,11 +35,14 @@ const (
 
 // Query is one request for a page of events: created in [Since, Until)
 // (whole seconds, as Stripe's created), of Types, after the event
-// StartingAfter in the list's newest-first order.
+// StartingAfter in the list's newest-first order, or just before the event
+// EndingBefore (the events newer than it, nearest first in the list; each
+// page is still newest first: https://docs.stripe.com/api/pagination).
 type Query struct {
 	Types         []string
 	Since, Until  time.Time
 	StartingAfter string
+	EndingBefore  string
 	Limit         int
 }
 
@@ -78,6 +81,11 @@ type ClientConfig struct {
 	// Sleep waits d or until ctx ends (default: a timer). Tests record the
 	// delays instead of waiting them.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// RefetchKey, when set, fetches the API key again (from Secrets
+	// Manager). After a 401 the client calls it once and, when the key
+	// changed (an operator rolled it), uses the new one from then on: a
+	// rolled key works without waiting for a cold start.
+	RefetchKey func(ctx context.Context) (string, error)
 }
 
 // Client lists events with stripe-go's backend: its request building
@@ -97,6 +105,7 @@ type Client struct {
 
 	mu   sync.Mutex
 	next time.Time // earliest start of the next request
+	key  string    // cfg.Key, or the key RefetchKey returned
 }
 
 // NewClient builds a Client.
@@ -143,7 +152,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.BaseURL != "" {
 		bc.URL = stripe.String(cfg.BaseURL)
 	}
-	return &Client{backend: stripe.GetBackendWithConfig(stripe.APIBackend, bc), cfg: cfg}, nil
+	return &Client{backend: stripe.GetBackendWithConfig(stripe.APIBackend, bc), cfg: cfg, key: cfg.Key}, nil
 }
 
 // rawList is a page of /v1/events with each event kept as raw JSON. It
@@ -194,12 +203,16 @@ func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
 	if q.StartingAfter != "" {
 		params.StartingAfter = stripe.String(q.StartingAfter)
 	}
+	if q.EndingBefore != "" {
+		params.EndingBefore = stripe.String(q.EndingBefore)
+	}
 	for _, t := range q.Types {
 		params.Types = append(params.Types, stripe.String(t))
 	}
 	body := &form.Values{}
 	form.AppendTo(body, params)
 
+	refetched := false
 	for attempt := 1; ; attempt++ {
 		if err := c.waitTurn(ctx); err != nil {
 			return Page{}, err
@@ -207,9 +220,10 @@ func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
 		info := &attemptInfo{}
 		p := &stripe.Params{Context: context.WithValue(ctx, attemptKey{}, info)}
 		var list rawList
+		key := c.currentKey()
 		// event.Client.List calls the same CallRaw (stripe-go v82
 		// event/client.go); the path and form are stripe-go's.
-		err := c.backend.CallRaw(http.MethodGet, "/v1/events", c.cfg.Key, []byte(body.Encode()), p, &list)
+		err := c.backend.CallRaw(http.MethodGet, "/v1/events", key, []byte(body.Encode()), p, &list)
 		if err == nil {
 			if list.Object != "list" {
 				return Page{}, fmt.Errorf("GET /v1/events answered an object %q, not a list", list.Object)
@@ -218,6 +232,12 @@ func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
 		}
 		if ctx.Err() != nil {
 			return Page{}, ctx.Err()
+		}
+		if info.status == http.StatusUnauthorized && c.cfg.RefetchKey != nil && !refetched {
+			refetched = true
+			if c.refetchKey(ctx, key) {
+				continue // the new key, at once
+			}
 		}
 		retry, wait := c.retryable(err, info, attempt)
 		if !retry || attempt >= c.cfg.MaxAttempts {
@@ -229,6 +249,31 @@ func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
 			return Page{}, err
 		}
 	}
+}
+
+func (c *Client) currentKey() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.key
+}
+
+// refetchKey fetches the key again after Stripe refused old (401) and
+// reports whether it changed.
+func (c *Client) refetchKey(ctx context.Context, old string) bool {
+	key, err := c.cfg.RefetchKey(ctx)
+	if err != nil {
+		c.cfg.Logger.Error("Stripe refused the API key (401) and fetching it again failed", "error", err.Error())
+		return false
+	}
+	if key == old {
+		c.cfg.Logger.Error("Stripe refused the API key (401), and the key stored is the same: store a valid restricted key with Events: Read")
+		return false
+	}
+	c.mu.Lock()
+	c.key = key
+	c.mu.Unlock()
+	c.cfg.Logger.Warn("Stripe refused the API key (401); the key fetched again differs (rolled) and is used from now on")
+	return true
 }
 
 // retryable says whether err is worth another attempt and how long to wait.

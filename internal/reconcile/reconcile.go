@@ -7,14 +7,27 @@
 // any receipt.
 //
 // A run covers the window [high-water − overlap, now − settle] of one
-// endpoint, cut in slices (oldest first) of at most Config.Slice. Each slice
-// is listed newest first through every page (starting_after the last event
-// of the previous page, until has_more is false: never stopping after one
-// page), per group of at most 20 types; the endpoint's high-water mark moves
-// to the slice's end only once all of its pages are stored. A page that
+// endpoint and lists it oldest first, so that the endpoint's high-water mark
+// (every event created before it is stored) can move after every stored
+// page: a backlog of any size completes over as many runs as it takes, each
+// ending at its deadline with the mark where it got to. The Events API lists
+// newest first; ending_before=<event> gives the page of events just newer
+// than it, so a run first finds the oldest page of the window (a probe:
+// newest first over a span that halves while the list says it has more,
+// from Config.Slice down to one second) and then pages toward now with
+// ending_before the newest event stored (page). Types are listed in groups
+// of at most 20, each group paged on its own, the mark the least of the
+// groups' progress. The deadline is checked after each page. A page that
 // fails (after the client's retries) ends the run with the mark at the last
-// complete slice, and the next run lists from there again. Backfill lists an
+// stored page, and the next run lists from there again. Backfill lists an
 // explicit window the same way and leaves the mark alone.
+//
+// Settle: the window ends Config.Settle before now, so that Stripe's own
+// retries deliver what a transient failure missed before the reconciler
+// lists it; EventsFoundMissing counts only events older than that (a
+// backfill may store younger ones: Summary.StoredUnsettled). An event the
+// reconciler stores and the endpoint then delivers while it is unprocessed
+// is replaced by the delivery (internal/inbox Store).
 //
 // Fetching and storing are apart (Lister, Sink) because in AWS they run in
 // two functions: the fetcher outside the VPC (the Stripe API needs the
@@ -42,9 +55,23 @@ const Horizon = 30 * 24 * time.Hour
 // Defaults and limits of Config (internal/config checks the environment
 // against them).
 const (
-	DefaultOverlap  = 10 * time.Minute
-	DefaultSettle   = time.Minute
-	MaxSettle       = 5 * time.Minute
+	DefaultOverlap = 10 * time.Minute
+	// DefaultSettle: the window ends an hour before now. Stripe retries a
+	// failed delivery "for up to three days with an exponential back off"
+	// in live mode and "three times over a few hours" in sandboxes
+	// (https://docs.stripe.com/webhooks/process-undelivered-events,
+	// https://docs.stripe.com/webhooks#automatic-retries); it does not
+	// publish the intervals. An exponential schedule spread over three days
+	// makes its first retries within the first hour, so a transient failure
+	// (a deploy, a cold start that timed out, a database failover) is
+	// normally healed by Stripe's own retry before the reconciler lists the
+	// event, and EventsFoundMissing counts real misses only; an event Stripe
+	// never delivers is still booked within about 75 minutes (settle plus
+	// the 15-minute schedule), not after Stripe gives up.
+	DefaultSettle = time.Hour
+	// MaxSettle: Stripe stops retrying after three days; waiting longer
+	// only delays the repair.
+	MaxSettle       = 72 * time.Hour
 	DefaultLookback = 3 * 24 * time.Hour
 	MaxLookback     = Horizon
 	DefaultSlice    = 6 * time.Hour
@@ -61,17 +88,18 @@ type Config struct {
 	// Overlap re-lists this much before the high-water mark (events that
 	// reached the list late).
 	Overlap time.Duration
-	// Settle keeps the window's end this far behind now, so that the
-	// webhook's normal deliveries are not counted as missing (at most
-	// MaxSettle).
+	// Settle keeps the window's end this far behind now, so that Stripe's
+	// own retries deliver first and only real misses are counted as
+	// missing (at most MaxSettle; see DefaultSettle).
 	Settle time.Duration
 	// Lookback is the first window's reach when the endpoint has no
 	// high-water mark yet (at most MaxLookback).
 	Lookback time.Duration
-	// Slice bounds the part of a window listed before the mark advances.
+	// Slice is the widest span the probe for the oldest page of a window
+	// lists at once (it halves while the list has more).
 	Slice time.Duration
-	// DeadlineMargin: no new slice starts when the context's deadline is
-	// nearer than this (a Lambda invocation's end).
+	// DeadlineMargin: no new page is asked for when the context's deadline
+	// is nearer than this (a Lambda invocation's end).
 	DeadlineMargin time.Duration
 	// PageLimit is the page size asked for (1–100; default 100).
 	PageLimit int
@@ -116,7 +144,7 @@ func (c Config) Validate() error {
 		add("RECONCILE_OVERLAP=%s: must be from 0 to 24h", c.Overlap)
 	}
 	if c.Settle < 0 || c.Settle > MaxSettle {
-		add("RECONCILE_SETTLE=%s: must be from 0 to %s", c.Settle, MaxSettle)
+		add("RECONCILE_SETTLE=%s: must be from 0 to %s (Stripe retries for up to three days)", c.Settle, MaxSettle)
 	}
 	if c.Lookback < time.Minute || c.Lookback > MaxLookback {
 		add("RECONCILE_LOOKBACK=%s: must be from 1m to 30d (%s; Stripe lists events of the last 30 days)", c.Lookback, MaxLookback)
@@ -175,6 +203,13 @@ type Summary struct {
 	Counts
 	// HighWater is the mark after the run (zero for a backfill).
 	HighWater time.Time `json:"high_water,omitzero"`
+	// Reached: every event of the window created before it is stored (the
+	// mark a run moved to; where a backfill got to). Until when Complete.
+	Reached time.Time `json:"reached,omitzero"`
+	// StoredUnsettled: new receipts of events younger than the settle
+	// window (a backfill that reaches into it): Stripe may still deliver
+	// them, so they are not counted as missing (Stored, EventsFoundMissing).
+	StoredUnsettled int `json:"stored_unsettled,omitempty"`
 	// Complete is false when the run stopped before the window's end (the
 	// deadline margin); the next run continues from the mark.
 	Complete bool `json:"complete"`
@@ -185,7 +220,7 @@ type Summary struct {
 
 // Progress is reported after each page.
 type Progress struct {
-	Slice          [2]time.Time
+	Reached        time.Time // see Summary.Reached
 	Pages          int
 	Stored         int
 	AlreadyPresent int
@@ -227,14 +262,14 @@ func New(sink Sink, lister Lister, cfg Config, logger *slog.Logger, em *metrics.
 }
 
 // Run reconciles the window from the endpoint's high-water mark (less the
-// overlap; the lookback when there is none) to now − settle, advancing the
-// mark after each complete slice.
+// overlap; the lookback when there is none) to now − settle, oldest first,
+// advancing the mark after each stored page.
 func (r *Reconciler) Run(ctx context.Context) (Summary, error) {
 	now := r.Now()
 	until := now.Add(-r.cfg.Settle).Truncate(time.Second)
 	hw, ok, err := r.sink.HighWater(ctx, r.cfg.Endpoint)
 	if err != nil {
-		r.emit(Summary{}, err) // every run reports, failed or not
+		r.emit(Summary{}, err, false) // every run reports, failed or not
 		return Summary{}, err
 	}
 	since := now.Add(-r.cfg.Lookback)
@@ -242,15 +277,16 @@ func (r *Reconciler) Run(ctx context.Context) (Summary, error) {
 		since = hw.Add(-r.cfg.Overlap)
 	}
 	s, err := r.window(ctx, since, until, r.cfg.Types, true)
-	if ok && s.HighWater.IsZero() {
-		s.HighWater = hw
+	if ok && s.HighWater.Before(hw) {
+		s.HighWater = hw // the overlap before the mark does not move it back
 	}
-	r.emit(s, err)
+	r.emit(s, err, true)
 	return s, err
 }
 
 // Backfill lists [since, until) for types (the configured ones when empty)
-// and stores what is missing. The high-water mark is left alone.
+// and stores what is missing. The high-water mark is left alone. A backfill
+// stopped by its deadline says how far it got (Summary.Reached).
 func (r *Reconciler) Backfill(ctx context.Context, since, until time.Time, types []string) (Summary, error) {
 	if len(types) == 0 {
 		types = r.cfg.Types
@@ -264,101 +300,251 @@ func (r *Reconciler) Backfill(ctx context.Context, since, until time.Time, types
 		return Summary{}, fmt.Errorf("backfill: since %s is not before until %s", since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
 	}
 	s, err := r.window(ctx, since, until, types, false)
-	r.emit(s, err)
+	r.emit(s, err, false)
 	return s, err
+}
+
+// group is the paging of one group of at most MaxTypesPerRequest types.
+type group struct {
+	types []string
+	// from: every event of these types created in the window before it is
+	// stored.
+	from time.Time
+	// cursor is the newest event stored, the next page's ending_before; ""
+	// until the oldest page of the window is found (probe).
+	cursor string
+	// span is the probe's span (whole seconds).
+	span time.Duration
+	done bool
+	seen map[string]bool // the cursors used: a list that does not advance is an error
 }
 
 func (r *Reconciler) window(ctx context.Context, since, until time.Time, types []string, advance bool) (Summary, error) {
 	since = since.Truncate(time.Second)
 	until = until.Truncate(time.Second)
 	s := Summary{Since: since, Until: until}
-	// A minute inside the horizon, so that the oldest slice is still
+	// A minute inside the horizon, so that the oldest page is still
 	// listable when its request is sent.
 	if horizon := r.Now().Add(-Horizon + time.Minute).Truncate(time.Second); since.Before(horizon) {
 		r.logger.Warn("window starts beyond the Events API's 30 days; events older than that cannot be reconciled",
 			"endpoint", r.cfg.Endpoint, "since", since, "horizon", horizon)
 		since, s.Since, s.Clamped = horizon, horizon, true
 	}
+	s.Reached = since
 	if !since.Before(until) {
-		s.Complete = true
+		s.Complete, s.Reached = true, until
 		return s, nil
 	}
-	groups := chunk(types, MaxTypesPerRequest)
-	for from := since; from.Before(until); {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < r.cfg.DeadlineMargin {
-			r.logger.Info("deadline near: the rest of the window is left to the next run", "endpoint", r.cfg.Endpoint, "from", from)
+	settled := r.Now().Add(-r.cfg.Settle) // events created before it count as missing
+	var groups []*group
+	for _, g := range chunk(types, MaxTypesPerRequest) {
+		groups = append(groups, &group{types: g, from: since, span: max(r.cfg.Slice.Truncate(time.Second), time.Second), seen: map[string]bool{}})
+	}
+	for {
+		// The group furthest behind: the mark is the least of theirs.
+		var g *group
+		for _, x := range groups {
+			if !x.done && (g == nil || x.from.Before(g.from)) {
+				g = x
+			}
+		}
+		if g == nil {
+			s.Complete = true
 			return s, nil
 		}
-		to := from.Add(r.cfg.Slice)
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(r.Now()) < r.cfg.DeadlineMargin {
+			r.logger.Info("deadline near: the rest of the window is left to the next run", "endpoint", r.cfg.Endpoint, "reached", s.Reached)
+			return s, nil
+		}
+		if err := r.page(ctx, &s, g, until, settled); err != nil {
+			return s, fmt.Errorf("reconciling %s, events created in [%s, %s) (every one before %s is stored): %w", r.cfg.Endpoint,
+				since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), s.Reached.UTC().Format(time.RFC3339), err)
+		}
+		reached := until
+		for _, x := range groups {
+			if !x.done && x.from.Before(reached) {
+				reached = x.from
+			}
+		}
+		if reached.After(s.Reached) {
+			if advance {
+				if err := r.sink.Advance(ctx, r.cfg.Endpoint, reached); err != nil {
+					return s, err
+				}
+				s.HighWater = reached
+			}
+			s.Reached = reached
+		}
+		if r.OnPage != nil {
+			r.OnPage(Progress{Reached: s.Reached, Pages: s.Pages, Stored: s.Stored, AlreadyPresent: s.AlreadyPresent})
+		}
+	}
+}
+
+// page asks for the group's next page and stores it. Until the group knows
+// the oldest page of what is left of the window, it probes: [from, from +
+// span) newest first; a probe the list says has more is narrowed (nothing is
+// stored), a complete one is stored and its newest event becomes the
+// cursor. From the cursor on, each page is the events just newer than it
+// (ending_before), newest first within the page: stored, its newest event
+// is the next cursor, and every event created before that event's second is
+// stored.
+func (r *Reconciler) page(ctx context.Context, s *Summary, g *group, until, settled time.Time) error {
+	if g.cursor == "" {
+		to := g.from.Add(g.span)
 		if to.After(until) {
 			to = until
 		}
-		for _, g := range groups {
-			if err := r.slice(ctx, &s, from, to, g); err != nil {
-				return s, fmt.Errorf("reconciling %s, events created in [%s, %s): %w", r.cfg.Endpoint,
-					from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), err)
-			}
-		}
-		if advance {
-			if err := r.sink.Advance(ctx, r.cfg.Endpoint, to); err != nil {
-				return s, err
-			}
-			s.HighWater = to
-		}
-		from = to
-	}
-	s.Complete = true
-	return s, nil
-}
-
-// slice lists every page of [from, to) for types, newest first, and stores
-// each page before asking for the next.
-func (r *Reconciler) slice(ctx context.Context, s *Summary, from, to time.Time, types []string) error {
-	q := Query{Types: types, Since: from, Until: to, Limit: r.cfg.PageLimit}
-	seen := map[string]bool{}
-	for {
-		page, err := r.lister.ListPage(ctx, q)
+		p, err := r.lister.ListPage(ctx, Query{Types: g.types, Since: g.from, Until: to, Limit: r.cfg.PageLimit})
 		if err != nil {
 			return err
 		}
 		s.Pages++
-		if len(page.Events) > 0 {
-			last, err := eventID(page.Events[len(page.Events)-1])
-			if err != nil {
-				return err
-			}
-			if seen[last] {
-				return fmt.Errorf("the list returned event %s twice: pagination does not advance", last)
-			}
-			seen[last] = true
-			c, err := r.sink.StorePage(ctx, r.cfg.Endpoint, page.Events)
-			if err != nil {
-				return err
-			}
-			s.Events += len(page.Events)
-			s.add(c)
-			q.StartingAfter = last
-		}
-		if r.OnPage != nil {
-			r.OnPage(Progress{Slice: [2]time.Time{from, to}, Pages: s.Pages, Stored: s.Stored, AlreadyPresent: s.AlreadyPresent})
-		}
-		if !page.HasMore {
+		switch {
+		case p.HasMore && to.Sub(g.from) > time.Second:
+			g.span = max((to.Sub(g.from) / 2).Truncate(time.Second), time.Second)
 			return nil
+		case p.HasMore:
+			// One second holds more than a page: list it to its end,
+			// newest first, before the mark may pass it.
+			return r.second(ctx, s, g, p, to, until, settled)
 		}
-		if len(page.Events) == 0 {
+		if err := r.store(ctx, s, p.Events, settled); err != nil {
+			return err
+		}
+		if len(p.Events) > 0 {
+			head, err := eventHead(p.Events[0])
+			if err != nil {
+				return err
+			}
+			g.cursor = head.ID
+			g.seen[head.ID] = true
+		} else {
+			g.span *= 2 // nothing there: look further at once
+		}
+		g.from, g.done = to, !to.Before(until)
+		return nil
+	}
+	p, err := r.lister.ListPage(ctx, Query{Types: g.types, Since: g.from, Until: until, EndingBefore: g.cursor, Limit: r.cfg.PageLimit})
+	if err != nil {
+		return err
+	}
+	s.Pages++
+	if len(p.Events) == 0 {
+		if p.HasMore {
+			return errors.New("the list says it has more but returned an empty page")
+		}
+		g.from, g.done = until, true
+		return nil
+	}
+	newest, err := eventHead(p.Events[0])
+	if err != nil {
+		return err
+	}
+	if g.seen[newest.ID] {
+		return fmt.Errorf("the list returned event %s twice: pagination does not advance", newest.ID)
+	}
+	g.seen[newest.ID] = true
+	if err := r.store(ctx, s, p.Events, settled); err != nil {
+		return err
+	}
+	g.cursor = newest.ID
+	if !p.HasMore {
+		g.from, g.done = until, true
+		return nil
+	}
+	if at := time.Unix(newest.Created, 0); at.After(g.from) {
+		g.from = at
+	}
+	return nil
+}
+
+// second lists the one second [g.from, to) whose first page (newest first)
+// is first and has more, to its end with starting_after, storing each page;
+// then the group goes on after it, its cursor the second's newest event.
+func (r *Reconciler) second(ctx context.Context, s *Summary, g *group, first Page, to, until, settled time.Time) error {
+	if len(first.Events) == 0 {
+		return errors.New("the list says it has more but returned an empty page")
+	}
+	newest, err := eventHead(first.Events[0])
+	if err != nil {
+		return err
+	}
+	p := first
+	for {
+		if err := r.store(ctx, s, p.Events, settled); err != nil {
+			return err
+		}
+		if !p.HasMore {
+			break
+		}
+		last, err := eventHead(p.Events[len(p.Events)-1])
+		if err != nil {
+			return err
+		}
+		if g.seen[last.ID] {
+			return fmt.Errorf("the list returned event %s twice: pagination does not advance", last.ID)
+		}
+		g.seen[last.ID] = true
+		if p, err = r.lister.ListPage(ctx, Query{Types: g.types, Since: g.from, Until: to, StartingAfter: last.ID, Limit: r.cfg.PageLimit}); err != nil {
+			return err
+		}
+		s.Pages++
+		if len(p.Events) == 0 && p.HasMore {
 			return errors.New("the list says it has more but returned an empty page")
 		}
 	}
+	g.cursor, g.from, g.done = newest.ID, to, !to.Before(until)
+	g.seen[newest.ID] = true
+	return nil
 }
 
-func eventID(raw json.RawMessage) (string, error) {
-	var e struct {
-		ID string `json:"id"`
+// store hands a page to the sink. Events younger than settled (a backfill
+// that reaches into the settle window) are stored apart and counted in
+// StoredUnsettled, not as missing: Stripe may still deliver them.
+func (r *Reconciler) store(ctx context.Context, s *Summary, events []json.RawMessage, settled time.Time) error {
+	young := 0 // newest first: the young ones lead
+	for _, raw := range events {
+		h, err := eventHead(raw)
+		if err != nil {
+			return err
+		}
+		if h.Created < settled.Unix() {
+			break
+		}
+		young++
 	}
-	if err := json.Unmarshal(raw, &e); err != nil || e.ID == "" {
-		return "", fmt.Errorf("a listed event without id: %.100s", raw)
+	if young > 0 {
+		c, err := r.sink.StorePage(ctx, r.cfg.Endpoint, events[:young])
+		if err != nil {
+			return err
+		}
+		s.StoredUnsettled += c.Stored
+		s.AlreadyPresent += c.AlreadyPresent
 	}
-	return e.ID, nil
+	if young < len(events) {
+		c, err := r.sink.StorePage(ctx, r.cfg.Endpoint, events[young:])
+		if err != nil {
+			return err
+		}
+		s.add(c)
+	}
+	s.Events += len(events)
+	return nil
+}
+
+// head is what the reconciler reads of a listed event.
+type head struct {
+	ID      string `json:"id"`
+	Created int64  `json:"created"`
+}
+
+func eventHead(raw json.RawMessage) (head, error) {
+	var h head
+	if err := json.Unmarshal(raw, &h); err != nil || h.ID == "" || h.Created <= 0 {
+		return head{}, fmt.Errorf("a listed event without id or created: %.100s", raw)
+	}
+	return h, nil
 }
 
 func chunk(types []string, n int) [][]string {
@@ -375,8 +561,11 @@ func chunk(types []string, n int) [][]string {
 
 // emit writes the run's metrics: the totals, EventsFoundMissing (alarmed),
 // and one EventsFoundMissing per type with an EventType dimension (the
-// dashboard and the operator's "which types").
-func (r *Reconciler) emit(s Summary, err error) {
+// dashboard and the operator's "which types"). A scheduled run (run) also
+// reports how old the mark is and whether the window was cut at the Events
+// API's 30 days (ReconcileWindowClamped, alarmed: events in the gap can no
+// longer be listed).
+func (r *Reconciler) emit(s Summary, err error, run bool) {
 	if r.metrics == nil {
 		return
 	}
@@ -384,13 +573,24 @@ func (r *Reconciler) emit(s Summary, err error) {
 	if err != nil {
 		failed = 1
 	}
-	_ = r.metrics.Emit(nil,
-		metrics.Metric{Name: "ReconcilePages", Value: float64(s.Pages), Unit: metrics.Count},
-		metrics.Metric{Name: "ReconcileEvents", Value: float64(s.Events), Unit: metrics.Count},
-		metrics.Metric{Name: "ReconcileAlreadyPresent", Value: float64(s.AlreadyPresent), Unit: metrics.Count},
-		metrics.Metric{Name: "EventsFoundMissing", Value: float64(s.Stored), Unit: metrics.Count},
-		metrics.Metric{Name: "ReconcileFailed", Value: failed, Unit: metrics.Count},
-	)
+	ms := []metrics.Metric{
+		{Name: "ReconcilePages", Value: float64(s.Pages), Unit: metrics.Count},
+		{Name: "ReconcileEvents", Value: float64(s.Events), Unit: metrics.Count},
+		{Name: "ReconcileAlreadyPresent", Value: float64(s.AlreadyPresent), Unit: metrics.Count},
+		{Name: "EventsFoundMissing", Value: float64(s.Stored), Unit: metrics.Count},
+		{Name: "ReconcileFailed", Value: failed, Unit: metrics.Count},
+	}
+	if run {
+		clamped := 0.0
+		if s.Clamped {
+			clamped = 1
+		}
+		ms = append(ms, metrics.Metric{Name: "ReconcileWindowClamped", Value: clamped, Unit: metrics.Count})
+		if !s.HighWater.IsZero() {
+			ms = append(ms, metrics.Metric{Name: "ReconcileMarkAgeSeconds", Value: r.Now().Sub(s.HighWater).Seconds(), Unit: metrics.Seconds})
+		}
+	}
+	_ = r.metrics.Emit(nil, ms...)
 	for _, t := range slices.Sorted(maps.Keys(s.MissingByType)) {
 		_ = r.metrics.Emit(map[string]string{"EventType": t},
 			metrics.Metric{Name: "EventsFoundMissing", Value: float64(s.MissingByType[t]), Unit: metrics.Count})
@@ -398,6 +598,11 @@ func (r *Reconciler) emit(s Summary, err error) {
 	if s.Stored > 0 {
 		r.logger.Warn("events found missing: stored by the reconciler, never delivered by the webhook",
 			"endpoint", r.cfg.Endpoint, "count", s.Stored, "by_type", s.MissingByType)
+	}
+	if run && s.Clamped {
+		r.logger.Error("the reconciler's mark is older than the Events API's 30 days: events created in the gap cannot be listed; "+
+			"compare the gap with Stripe's dashboard (Developers, Events) and the endpoint's failed deliveries",
+			"endpoint", r.cfg.Endpoint, "since", s.Since)
 	}
 }
 

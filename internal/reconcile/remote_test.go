@@ -83,15 +83,15 @@ func TestRemoteSinkThroughLambdaInvoke(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for i := range 30 {
-		b.api.Add(event(fmt.Sprintf("evt_%02d", i), "invoice.paid", time.Duration(i+2)*time.Minute))
+		b.api.Add(event(fmt.Sprintf("evt_%02d", i), "invoice.paid", time.Duration(i+2)*time.Minute+reconcile.DefaultSettle))
 	}
-	b.deliver(t, event("evt_05", "invoice.paid", 7*time.Minute))
+	b.deliver(t, event("evt_05", "invoice.paid", 7*time.Minute+reconcile.DefaultSettle))
 	p := newProofs(t)
 	store := reconcile.StoreHandler{Sink: reconcile.DBSink{DB: b.db.Pool}, Endpoints: []string{"billing"}, Now: func() time.Time { return now }}
 	srv, calls := lambdaStandIn(t, reconcile.ProvenStore{Store: store, Proofs: p.verifier}, 1)
 	sink := reconcile.RemoteSink{Lambda: lambdaClient(srv.URL), Function: "inbox-reconcile-store", Prover: p.signer(p.reconciler)}
 
-	cfg := reconcile.Config{Endpoint: "billing", Types: handlerTypes(), PageLimit: 10, Slice: reconcile.DefaultLookback}.WithDefaults()
+	cfg := reconcile.Config{Endpoint: "billing", Types: handlerTypes(), PageLimit: 10, Slice: reconcile.DefaultLookback, Lookback: 2 * time.Hour}.WithDefaults()
 	r, err := reconcile.New(sink, b.client(t, 1), cfg, nil, nil)
 	require.NoError(t, err)
 	r.Now = func() time.Time { return now }
@@ -100,8 +100,9 @@ func TestRemoteSinkThroughLambdaInvoke(t *testing.T) {
 	require.Equal(t, 29, s.Stored)
 	require.Equal(t, 1, s.AlreadyPresent)
 	require.Equal(t, 30, b.db.Count(t, "webhook_inbox", ""))
-	// 1 throttled + high_water + 3 pages + advance.
-	require.EqualValues(t, 6, calls.Load())
+	// 1 throttled + high_water + 4 pages (2 events found by the probe,
+	// then 10, 10 and 8, oldest first), each followed by an advance.
+	require.EqualValues(t, 10, calls.Load())
 	hw, ok := b.highWater(t)
 	require.True(t, ok)
 	require.Equal(t, now.Add(-reconcile.DefaultSettle), hw.UTC())

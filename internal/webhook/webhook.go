@@ -178,7 +178,7 @@ type record struct {
 	endpoint  string
 	eventID   string
 	eventType string
-	outcome   string // stored, duplicate, rejected, failed
+	outcome   string // stored, replaced, duplicate, rejected, failed
 	reason    string
 	status    int
 	err       error
@@ -233,7 +233,15 @@ func (h *Handler) handle(ctx context.Context, req events.LambdaFunctionURLReques
 			h.logger.WarnContext(ctx, "counting a duplicate", "endpoint", rec.endpoint, "event_id", ev.ID, "error", err.Error())
 		}
 	}
-	return response(http.StatusOK, `{"received":true,"outcome":"`+string(outcome)+`"}`)
+	answer := outcome
+	if outcome == inbox.Replaced {
+		// The reconciler had stored the event first; this delivery's copy
+		// replaced it and is the one the worker books. For Stripe (and a
+		// sender reading the body) it is stored: only the log and the
+		// ListedCopyReplaced metric say it was listed first.
+		answer = inbox.Stored
+	}
+	return response(http.StatusOK, `{"received":true,"outcome":"`+string(answer)+`"}`)
 }
 
 func (h *Handler) decodeBody(req events.LambdaFunctionURLRequest) ([]byte, string) {
@@ -309,6 +317,8 @@ func (h *Handler) finish(ctx context.Context, rec record, d time.Duration) {
 		err = h.metrics.Emit(nil, metrics.Metric{Name: "Received", Value: 1, Unit: metrics.Count})
 	case string(inbox.Duplicate):
 		err = h.metrics.Emit(nil, metrics.Metric{Name: "Duplicate", Value: 1, Unit: metrics.Count})
+	case string(inbox.Replaced):
+		err = h.metrics.Emit(nil, metrics.Metric{Name: "ListedCopyReplaced", Value: 1, Unit: metrics.Count})
 	case "failed":
 		name := "StoreFailed"
 		if rec.reason == reasonNoSecret {

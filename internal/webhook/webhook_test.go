@@ -559,3 +559,36 @@ func TestReceiptRecordsTheMatchingSecretAndCountsDuplicates(t *testing.T) {
 	require.Equal(t, 2, dups)
 	require.Zero(t, b.db.Count(t, "webhook_inbox", "secret_fingerprint LIKE 'whsec%' OR payload::text LIKE '%"+secretB+"%'"), "no secret stored")
 }
+
+// TestDeliveryOfAListedEventReplacesItsCopy: the reconciler stored the event
+// first (in the version the account had when it was created); the
+// endpoint's delivery replaces that copy while the receipt is unprocessed
+// and is answered "stored" (its copy is the one booked), logged as
+// replaced and counted by ListedCopyReplaced; a second delivery is a
+// duplicate.
+func TestDeliveryOfAListedEventReplacesItsCopy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	body := eventJSON("evt_listed", "invoice.paid")
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(body, &m))
+	m["api_version"] = "2024-06-20"
+	listedBody, err := json.Marshal(m)
+	require.NoError(t, err)
+	listed, err := stripeevent.Parse(listedBody)
+	require.NoError(t, err)
+	out, err := inbox.StoreFrom(ctx, b.db.Pool, inbox.SourceReconcile, "billing", listed)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Stored, out)
+
+	resp := b.do(t, request("billing", body, sign(body, secretA)))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "stored", outcomeOf(t, resp))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_listed' AND source = 'webhook' AND listed_first AND api_version <> '2024-06-20'"))
+	require.Contains(t, b.logs.String(), `"outcome":"replaced"`)
+	require.Contains(t, b.metrics.String(), `"ListedCopyReplaced":1`)
+
+	require.Equal(t, "duplicate", outcomeOf(t, b.do(t, request("billing", body, sign(body, secretA)))))
+	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_listed' AND duplicates = 1"))
+}

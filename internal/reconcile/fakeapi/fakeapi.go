@@ -10,7 +10,10 @@
 //
 // Tests script misbehaviour: answers of a given status (429 with
 // Retry-After and Stripe-Rate-Limited-Reason, 5xx) before or at a given
-// request, and events that become visible only later (a gap Stripe fills).
+// request, events that become visible only later (a gap Stripe fills), and
+// a rolled key (SetKey: the old one gets 401). A cursor need not match the
+// filters (the reconciler pages a window with ending_before its last stored
+// event).
 package fakeapi
 
 import (
@@ -93,6 +96,14 @@ func (s *Server) Add(raws ...[]byte) {
 		}
 		return cmp.Compare(b.seq, a.seq)
 	})
+}
+
+// SetKey makes the server accept key instead of the one it accepted (an
+// operator rolled the restricted key): requests with the old key get 401.
+func (s *Server) SetKey(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.key = key
 }
 
 // FailNext answers the next requests with fs, one each, in order.

@@ -73,10 +73,21 @@ func TestPaginationBothDirections(t *testing.T) {
 	require.Equal(t, []string{"evt_4", "evt_3", "evt_2"}, ids(l))
 	require.True(t, l.HasMore)
 
+	// A cursor outside the created range: the events of the range newer
+	// than it.
+	_, l = get(t, s, url.Values{"limit": {"2"}, "ending_before": {"evt_1"}, "created[gte]": {"1004"}, "types[0]": {"invoice.paid"}})
+	require.Equal(t, []string{"evt_5", "evt_4"}, ids(l))
+	require.True(t, l.HasMore)
+
 	_, l = get(t, s, url.Values{"created[gte]": {"1002"}, "created[lt]": {"1004"}, "type": {"invoice.*"}})
 	require.Equal(t, []string{"evt_3", "evt_2"}, ids(l))
 
-	status, _ := get(t, s, url.Values{"limit": {"101"}})
+	s.SetKey("rk_test_rolled")
+	status, _ := get(t, s, url.Values{})
+	require.Equal(t, 401, status, "the old key after a roll")
+	s.SetKey(Key)
+
+	status, _ = get(t, s, url.Values{"limit": {"101"}})
 	require.Equal(t, 400, status)
 	status, _ = get(t, s, url.Values{"starting_after": {"evt_nope"}})
 	require.Equal(t, 400, status)
