@@ -217,8 +217,8 @@ RETURNING extract(epoch FROM processed_at - received_at)::float8`
 // another worker has completed. The delay counts from the failure
 // (clock_timestamp), not from the start of the transaction, which for a
 // batch can be seconds earlier. A row that has used up its attempts waits
-// for review out of the claim's way (available_at = 'infinity', see
-// claimReceipts).
+// for review out of the claim's way (available_at = 'infinity', as
+// parkNeedsReview parks a last attempt whose lease ended without one).
 const recordFailure = `
 UPDATE webhook_inbox
    SET last_error   = $4,
