@@ -177,7 +177,9 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 
 	before := opstest.Snapshot(t, fx.DB)
 	dry := decode(run("retry", "--state", "failed", "--dry-run", "--reason", "check", "--stage", "e2e", "--json")).Retry
-	if dry.Count != 2 || opstest.Snapshot(t, fx.DB) != before {
+	// Failed2 waits out its backoff, which looks like a worker's lease:
+	// skipped and named (issue 23).
+	if dry.Count != 1 || dry.SkippedCount != 1 || len(dry.Skipped) != 1 || dry.Skipped[0].EventID != opstest.Failed2 || opstest.Snapshot(t, fx.DB) != before {
 		t.Errorf("dry run: %+v, or it changed something", dry)
 	}
 	res := decode(run("retry", "--state", "failed", "--endpoint", "billing", "--reason", "deadlock fixed", "--stage", "e2e", "--json")).Retry

@@ -28,10 +28,17 @@
 //     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may
 //     lock rows FOR UPDATE). Nothing on the business tables.
 //
-//   - the worker's user (inbox_worker): SELECT, INSERT, UPDATE and DELETE on
-//     every other table of schema public (now and, through default
-//     privileges, every table a later migration creates), SELECT and UPDATE
-//     on webhook_inbox (claims, outcomes), nothing on schema_migrations.
+//   - the worker's user (inbox_worker): exactly the statements it runs
+//     (workerGrants, column by column): on webhook_inbox, SELECT of what it
+//     reads and UPDATE of attempts, available_at, last_error, processed_at
+//     and outcome; on ledger_entries, INSERT and UPDATE of invoice_id only
+//     (a refund's entries move to its invoice); INSERT and UPDATE of the
+//     columns its upserts write on invoices, refunds and payment_links;
+//     INSERT on anomalies; INSERT on outbox and UPDATE of the relay's
+//     columns. No DELETE anywhere, nothing on reconcile_high_water,
+//     ops_audit or schema_migrations, no sequence, no default privileges:
+//     a table a later migration creates is not the worker's until a release
+//     grants it here.
 //
 //   - the operators' user (inbox_ops; optional, Roles.Ops): what internal/ops
 //     runs for inboxctl: SELECT on webhook_inbox and the business tables it
@@ -43,8 +50,9 @@
 //     receipts, book money, change or delete an audit row, or touch a table
 //     a later migration creates until a release grants it here.
 //
-// None of them may create, alter or drop objects; only the worker may create
-// temporary tables (the database's TEMPORARY privilege is taken from PUBLIC).
+// None of them may create, alter or drop objects, nor create temporary
+// tables (the database's TEMPORARY privilege is taken from PUBLIC and from
+// each of them).
 //
 // The earlier release's shared login (inbox_app) is retired in two phases, so
 // that neither the deploy window nor a rollback cuts the previous functions

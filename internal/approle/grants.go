@@ -26,10 +26,11 @@ var receiptKey = []string{"provider", "endpoint", "event_id"}
 
 // Grant is the deploy step's last part, run after the migrations: as the
 // owner (SET LOCAL ROLE, so the grants are the owner's), in one transaction,
-// it takes every privilege on schema public's tables and sequences from the
-// login roles and the retired roles and grants each login role exactly what
-// its function needs (see the package comment), including the default
-// privileges that give the worker the tables later migrations create. The
+// it takes every privilege on schema public's tables and sequences, and every
+// default privilege the owner set, from the login roles and the retired
+// roles, and grants each login role exactly what its function needs (see the
+// package comment). No login role gets default privileges: a table a later
+// migration creates is nobody's until a release grants it here. The
 // legacy role, if it exists, gets back what the earlier release gave it, on
 // every table, including those created since.
 // Running it after each deploy's migrations is what lets the webhook insert
@@ -172,18 +173,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 		"GRANT SELECT, DELETE ON public.webhook_inbox, public.outbox TO "+purge,
 		"GRANT UPDATE (payload, payload_raw) ON public.webhook_inbox TO "+purge,
 		"GRANT UPDATE (created_at) ON public.outbox TO "+purge,
-
-		// The worker: everything else, now and in later migrations.
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+worker,
-		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "+worker,
-		"REVOKE INSERT, DELETE ON public.webhook_inbox FROM "+worker,
-		"REVOKE ALL ON public.schema_migrations FROM "+worker,
-		// The operators' audit trail is written only by internal/ops
-		// (the ops role, or the master): no function may change it.
-		"REVOKE ALL ON public.ops_audit FROM "+worker,
-		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+worker,
-		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+worker,
 	)
+	// The worker: exactly its statements, nothing by default.
+	out = append(out, workerGrants(worker)...)
 	if roles.Ops != "" {
 		out = append(out, opsGrants(q(roles.Ops))...)
 	}
@@ -215,6 +207,72 @@ func grants(roles Roles, webhookInsert []string) []string {
 		)
 	}
 	return out
+}
+
+// workerGrants are the worker's privileges: exactly the statements it runs
+// (internal/inbox's claim, lock, mark, fail, park, release and backlog;
+// internal/handlers' statements, with the outbox INSERT they compose;
+// internal/outbox's relay), table by table and column by column, so that a
+// column or table a later migration adds is not the worker's until a
+// release grants it here (TestWorkerRoleRunsExactlyItsStatements proves
+// each of these is used and nothing else is allowed). It parses outside
+// input, so what a compromised worker could do is bounded by this list:
+//
+//   - no DELETE anywhere, no TRUNCATE, no sequence (the tables' ids are
+//     identity columns, which need none);
+//   - on webhook_inbox, no INSERT (receipts are the webhook's) and UPDATE
+//     only of its processing state: attempts and available_at (claim,
+//     release, backoff, parking), last_error (failure), processed_at and
+//     outcome (mark); never a receipt's content;
+//   - on ledger_entries, INSERT of a new entry and UPDATE of invoice_id
+//     only (refundEntries moves a refund's entries to its invoice), never
+//     an amount, a kind or the receipt an entry came from;
+//   - on outbox, INSERT of a row and UPDATE of the relay's columns, never
+//     a row's payload or event type;
+//   - nothing on reconcile_high_water, ops_audit or schema_migrations.
+//
+// SELECT is granted on the columns the statements read (their WHERE,
+// ON CONFLICT, RETURNING and lock keys), so on webhook_inbox not the
+// signature's fingerprint, signing time or duplicate count.
+func workerGrants(worker string) []string {
+	return []string{
+		// internal/inbox (queries.go): claimReceipts, claimable,
+		// lockReceipt(s), markProcessed, markManyProcessed,
+		// recordFailure, parkNeedsReview, releaseClaims, backlogStats.
+		"GRANT SELECT (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, " +
+			"received_at, available_at, attempts, processed_at, source) ON public.webhook_inbox TO " + worker,
+		"GRANT UPDATE (attempts, available_at, last_error, processed_at, outcome) ON public.webhook_inbox TO " + worker,
+		// internal/handlers (queries.go): upsertInvoice and payInvoice
+		// (the invoice's upsert), invoiceStatus.
+		"GRANT SELECT (id, status, customer_id, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
+		"GRANT INSERT (id, customer_id, status, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
+		"GRANT UPDATE (status, customer_id, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id, updated_at) ON public.invoices TO " + worker,
+		// payInvoice's booking (RETURNING id) and refundEntries (moves
+		// an entry: ON CONFLICT (kind) DO UPDATE SET invoice_id WHERE
+		// the invoice differs).
+		"GRANT SELECT (id, invoice_id, kind) ON public.ledger_entries TO " + worker,
+		"GRANT INSERT (invoice_id, kind, amount, currency, event_id) ON public.ledger_entries TO " + worker,
+		"GRANT UPDATE (invoice_id) ON public.ledger_entries TO " + worker,
+		// applyRefund and attributeRefunds.
+		"GRANT SELECT (id, charge_id, payment_intent_id, invoice_id, booked_under, amount, currency, status, succeeded) ON public.refunds TO " + worker,
+		"GRANT INSERT (id, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded) ON public.refunds TO " + worker,
+		"GRANT UPDATE (charge_id, payment_intent_id, invoice_id, currency, status, succeeded, updated_at) ON public.refunds TO " + worker,
+		// linkPayments (and payInvoice's), applyRefund's links, and the
+		// claim's lock key (internal/inbox lockKey).
+		"GRANT SELECT (payment_id, invoice_id, has_refunds) ON public.payment_links TO " + worker,
+		"GRANT INSERT (payment_id, invoice_id, has_refunds) ON public.payment_links TO " + worker,
+		"GRANT UPDATE (invoice_id, has_refunds, updated_at) ON public.payment_links TO " + worker,
+		// raiseAnomaly, and countUnresolvedAnomalies (the AnomalyCount
+		// metric). Never resolved_at: that is the operators'.
+		"GRANT SELECT (kind, subject_id, resolved_at) ON public.anomalies TO " + worker,
+		"GRANT INSERT (kind, subject_id, endpoint, event_id, detail) ON public.anomalies TO " + worker,
+		// The handlers' outbox row (outbox.InsertRowsSQL) and the relay
+		// (internal/outbox queries.go: claimRows, markPublished,
+		// recordFailures, releaseRows, parkExhausted, backlog).
+		"GRANT SELECT (id, aggregate_type, aggregate_id, event_type, payload, created_at, published_at, attempts, available_at, claim_token, last_error) ON public.outbox TO " + worker,
+		"GRANT INSERT (aggregate_type, aggregate_id, event_type, payload) ON public.outbox TO " + worker,
+		"GRANT UPDATE (attempts, available_at, leased_until, claim_token, last_error, published_at) ON public.outbox TO " + worker,
+	}
 }
 
 // opsGrants are the operators' role's privileges: exactly the statements of

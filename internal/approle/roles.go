@@ -193,8 +193,8 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 		}
 
 		// Temporary tables are a privilege of the database that PUBLIC
-		// holds by default; of the functions only the worker keeps it
-		// (nothing uses it today, but a handler may one day).
+		// holds by default; no function keeps it (the worker had it until
+		// issue 23, unused: nothing it runs creates one).
 		if _, err := tx.Exec(ctx, "REVOKE TEMPORARY ON DATABASE "+db+" FROM PUBLIC"); err != nil {
 			return fmt.Errorf("revoking temporary tables from PUBLIC: %w", err)
 		}
@@ -205,13 +205,9 @@ func prepare(ctx context.Context, conn *pgx.Conn, roles Roles, pw Passwords, iam
 				return err
 			}
 			role := pgx.Identifier{l[1]}.Sanitize()
-			temp := "REVOKE TEMPORARY ON DATABASE " + db + " FROM " + role
-			if l[0] == "worker" {
-				temp = "GRANT TEMPORARY ON DATABASE " + db + " TO " + role
-			}
 			for _, stmt := range []string{
 				"GRANT CONNECT ON DATABASE " + db + " TO " + role,
-				temp,
+				"REVOKE TEMPORARY ON DATABASE " + db + " FROM " + role,
 				"GRANT USAGE ON SCHEMA public TO " + role,
 				"REVOKE CREATE ON SCHEMA public FROM " + role,
 			} {

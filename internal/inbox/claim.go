@@ -23,6 +23,9 @@ type Claimed struct {
 	// handlers were not written for.
 	APIVersion string
 	Source     Source
+	// LeaseUntil is when the claim's lease ends (the available_at the
+	// claim set). With Attempts it fences the claim's release.
+	LeaseUntil time.Time
 }
 
 // ClaimParams bound a claim.
@@ -48,7 +51,7 @@ func Claim(ctx context.Context, db BatchDB, p ClaimParams) ([]Claimed, error) {
 	err := queryWithin(ctx, db, p.StatementTimeout, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 			var c Claimed
-			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts, &c.APIVersion, &c.Source, &c.LockKey)
+			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts, &c.APIVersion, &c.Source, &c.LeaseUntil, &c.LockKey)
 			return c, err
 		})
 		return err
@@ -151,9 +154,10 @@ func RecordFailure(ctx context.Context, db DB, k Key, errText string, delay time
 
 // Release gives back claimed receipts that were not attempted, and returns
 // how many it gave back. It releases only a claim that is still the
-// caller's: the attempt count the claim returned is the fencing token. Once
-// the lease has expired another worker may have claimed the receipt again
-// (counting another attempt); that claim is left alone.
+// caller's: the attempt count and lease end the claim returned are the
+// fencing token. Once the lease has expired another worker may have
+// claimed the receipt again, or an operator retried it and another worker
+// claimed it; that claim is left alone.
 func Release(ctx context.Context, db DB, claims []Claimed, now *time.Time) (int, error) {
 	released, err := ReleaseKeys(ctx, db, claims, now)
 	return len(released), err
@@ -167,11 +171,12 @@ func ReleaseKeys(ctx context.Context, db DB, claims []Claimed, now *time.Time) (
 	}
 	keys := make([]Key, len(claims))
 	attempts := make([]int32, len(claims))
+	leases := make([]time.Time, len(claims))
 	for i, c := range claims {
-		keys[i], attempts[i] = c.Key, int32(c.Attempts)
+		keys[i], attempts[i], leases[i] = c.Key, int32(c.Attempts), c.LeaseUntil
 	}
 	ps, es, ids := keyArrays(keys)
-	rows, err := db.Query(ctx, releaseClaims, ps, es, ids, attempts, now)
+	rows, err := db.Query(ctx, releaseClaims, ps, es, ids, attempts, now, leases)
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d claims: %w", len(claims), err)
 	}
@@ -188,11 +193,12 @@ func ReleaseKeys(ctx context.Context, db DB, claims []Claimed, now *time.Time) (
 
 // ParkNeedsReview moves the unprocessed receipts that used up maxAttempts
 // but are still in the claim's range out of it (see parkNeedsReview), and
-// returns how many it moved. Claims and failures park receipts as they
-// reach the limit; this catches those that reached it before, or whose limit
-// was lowered.
-func ParkNeedsReview(ctx context.Context, db DB, maxAttempts int) (int, error) {
-	tag, err := db.Exec(ctx, parkNeedsReview, maxAttempts)
+// returns how many it moved: receipts whose last attempt's lease ended
+// without an outcome, that reached the limit before, or whose limit was
+// lowered. Failures park receipts as they reach the limit. now nil: the
+// database's now().
+func ParkNeedsReview(ctx context.Context, db DB, maxAttempts int, now *time.Time) (int, error) {
+	tag, err := db.Exec(ctx, parkNeedsReview, maxAttempts, now)
 	if err != nil {
 		return 0, fmt.Errorf("parking receipts that need review: %w", err)
 	}

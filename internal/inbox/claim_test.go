@@ -13,8 +13,8 @@ import (
 )
 
 // TestClaimDoesNotReadNeedsReviewRows: receipts that used up their attempts
-// (the last one failed, or the process died during it, or they reached the
-// limit before this change) are left out of the range the claim reads in
+// (the last one failed, or the process died during it and its lease ended,
+// or they reached the limit before this change) are left out of the range the claim reads in
 // webhook_inbox_unprocessed. Shown on the claim's own plan (EXPLAIN ANALYZE
 // of the real statement): its index scan returns only the claimable rows
 // and removes none by its filter, where it used to read past every
@@ -51,6 +51,16 @@ func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
 		require.NoError(t, RecordFailure(ctx, db.Pool, c.Key, "boom", time.Second, nil, maxAttempts))
 	}
 
+	// The died third's leases have not ended: they are the worker's, and
+	// stay. An hour on, the worker's run parks them.
+	parked, err := ParkNeedsReview(ctx, db.Pool, maxAttempts, nil)
+	require.NoError(t, err)
+	require.Zero(t, parked, "a lease that has not ended is a worker's")
+	later := time.Now().Add(time.Hour)
+	parked, err = ParkNeedsReview(ctx, db.Pool, maxAttempts, &later)
+	require.NoError(t, err)
+	require.Equal(t, stuck/3, parked)
+
 	insert("evt_fresh_", fresh)
 	requireClaimReadsOnly := func(n int) {
 		t.Helper()
@@ -68,7 +78,7 @@ func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
 	insert("evt_legacy_", stuck/3)
 	_, err = db.Pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = $1, available_at = now() - interval '1 day' WHERE event_id LIKE 'evt_legacy_%'", maxAttempts)
 	require.NoError(t, err)
-	parked, err := ParkNeedsReview(ctx, db.Pool, maxAttempts)
+	parked, err = ParkNeedsReview(ctx, db.Pool, maxAttempts, nil)
 	require.NoError(t, err)
 	require.Equal(t, stuck/3, parked)
 	requireClaimReadsOnly(fresh)

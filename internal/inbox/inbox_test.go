@@ -106,8 +106,20 @@ func TestClaimCountsTheAttemptAndHidesForTheLease(t *testing.T) {
 	for _, c := range again {
 		require.Equal(t, 2, c.Attempts)
 	}
-	// That was their last attempt: hidden for good, counted for review.
+	// That was their last attempt: leased like any other (the lease is how
+	// an operator's retry tells a held receipt), never claimed again, and
+	// once the lease has ended without an outcome (the process died), the
+	// worker's run parks them for review.
+	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", "available_at = $1", b.now.Add(2*time.Minute)))
 	require.Empty(t, b.claim(t, b.now.Add(24*time.Hour), maxAttempts, 10))
+	within := b.now.Add(time.Minute)
+	parked, err := inbox.ParkNeedsReview(context.Background(), b.db.Pool, maxAttempts, &within)
+	require.NoError(t, err)
+	require.Zero(t, parked, "within the lease")
+	after := b.now.Add(2 * time.Minute)
+	parked, err = inbox.ParkNeedsReview(context.Background(), b.db.Pool, maxAttempts, &after)
+	require.NoError(t, err)
+	require.Equal(t, 3, parked)
 	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", "available_at = 'infinity'"))
 	backlog, err := inbox.Stats(context.Background(), b.db.Pool, maxAttempts, &b.now)
 	require.NoError(t, err)

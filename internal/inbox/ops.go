@@ -168,7 +168,8 @@ func ReceiptsByEventID(ctx context.Context, db DB, eventID, endpoint string, max
 
 // Retry gives the unprocessed receipts matching f a fresh count (attempts
 // 0) and makes them claimable now, in one statement, and returns their keys.
-// Processed receipts are never touched. With dryRun it changes nothing and
+// Processed receipts are never touched, nor receipts a worker holds right
+// now (RetrySkipped lists those). With dryRun it changes nothing and
 // returns the keys it would change.
 func Retry(ctx context.Context, db DB, f Filter, dryRun bool) ([]Key, error) {
 	if err := f.check(); err != nil {
@@ -193,6 +194,34 @@ func Retry(ctx context.Context, db DB, f Filter, dryRun bool) ([]Key, error) {
 		return nil, fmt.Errorf("retrying receipts: %w", err)
 	}
 	return keys, nil
+}
+
+// Held is a receipt the retry skipped: a worker holds it (its claim's lease
+// has not ended) or it waits out a failure's backoff, until Until.
+type Held struct {
+	Key
+	Until time.Time
+}
+
+// RetrySkipped lists the unprocessed receipts matching f that Retry skips
+// because a worker holds them right now (see heldNow in opsqueries.go).
+// Run it after Retry, in its transaction.
+func RetrySkipped(ctx context.Context, db DB, f Filter) ([]Held, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, retrySkipped, f.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("listing the receipts the retry skips: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Held, error) {
+		h := Held{Key: Key{Provider: ProviderStripe}}
+		return h, r.Scan(&h.Endpoint, &h.EventID, &h.Until)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the receipts the retry skips: %w", err)
+	}
+	return held, nil
 }
 
 // TypeCount is how many receipts of a type arrived in a window, and how

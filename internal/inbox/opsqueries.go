@@ -64,24 +64,46 @@ SELECT ` + receiptColumns("$3", "$4::bool") + `
  WHERE provider = 'stripe' AND event_id = $1 AND ($2::text IS NULL OR endpoint = $2)
  ORDER BY endpoint`
 
+// heldNow: a receipt a worker holds right now, which the operator's retry
+// skips: its available_at is finite and in the future. Every claim sets it
+// to the lease's end (claimReceipts), so a receipt a worker has claimed and
+// not yet finished or given back always matches. Were the retry to reset it,
+// another worker could claim it again while the first one holds it, and
+// the first one's give-back could meet a claim with its own attempt count.
+// A failed receipt waiting out its backoff matches too (recordFailure sets
+// the backoff's end, at most the worker's BACKOFF_CAP away): the two look
+// alike here, and it is due again by then anyway.
+const heldNow = `available_at > now() AND available_at < 'infinity'`
+
 // retryReceipts: the filter's $1-$8. One statement: the matching
-// unprocessed receipts get a fresh count and are claimable now (a receipt
-// waiting for review at available_at = 'infinity' comes back into the
-// claim's range). A receipt a worker is processing is waited for (its row
-// lock); if the worker commits first, processed_at is set and the row is
-// left alone (READ COMMITTED re-checks the WHERE on the new version).
-// last_error stays as the history of the last failure.
+// unprocessed receipts no worker holds (heldNow) get a fresh count and are
+// claimable now (a receipt waiting for review at available_at = 'infinity'
+// comes back into the claim's range). A receipt whose row a worker has
+// locked is waited for; READ COMMITTED re-checks the WHERE on the version
+// the worker committed, so one it processed (processed_at) or claimed
+// meanwhile (heldNow) is left alone. last_error stays as the history of the
+// last failure.
 var retryReceipts = `
 UPDATE webhook_inbox
    SET attempts = 0, available_at = now()
- WHERE processed_at IS NULL AND ` + receiptFilter + `
+ WHERE processed_at IS NULL AND NOT (` + heldNow + `) AND ` + receiptFilter + `
 RETURNING endpoint, event_id`
 
 // retryCandidates: what retryReceipts would change, changing nothing.
 var retryCandidates = `
 SELECT endpoint, event_id
   FROM webhook_inbox
- WHERE processed_at IS NULL AND ` + receiptFilter + `
+ WHERE processed_at IS NULL AND NOT (` + heldNow + `) AND ` + receiptFilter + `
+ ORDER BY received_at, endpoint, event_id`
+
+// retrySkipped: the filter's $1-$8. The matching unprocessed receipts the
+// retry skips (heldNow), with the time their lease or backoff ends. Run
+// after retryReceipts in its transaction, it also lists a receipt a worker
+// claimed between the two statements.
+var retrySkipped = `
+SELECT endpoint, event_id, available_at
+  FROM webhook_inbox
+ WHERE processed_at IS NULL AND ` + heldNow + ` AND ` + receiptFilter + `
  ORDER BY received_at, endpoint, event_id`
 
 // The window queries below take $1, the start of the window, and read the

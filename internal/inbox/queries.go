@@ -115,13 +115,15 @@ RETURNING true`
 // counts the attempt and hides the rows for the lease. It commits on its own
 // (autocommit), so the attempt is counted even if the process then dies.
 //
-// A row claimed for its last attempt is hidden for good (available_at =
-// 'infinity'; it was never to be claimed again anyway): if the process dies
-// while processing it, it waits for review outside the range of
-// webhook_inbox_unprocessed this query reads (available_at <= now), instead
-// of staying at the front of it and being read past by every claim. A
-// release (releaseClaims) or the operator's retry (README) sets a finite
-// available_at again.
+// Every claim, the last attempt's too, hides its rows until the lease's end,
+// a finite time in the future: that is how the operator's retry
+// (retryReceipts) tells a receipt a worker holds right now, and skips it.
+// A row whose last attempt was claimed by a process that died waits at the
+// lease's end in the range of webhook_inbox_unprocessed this query reads
+// (available_at <= now, filtered out by attempts) until the worker's next
+// run parks it out of that range (parkNeedsReview, at most a minute later).
+// The returned available_at (the lease's end) is the claim's fencing token
+// with attempts (releaseClaims).
 var claimReceipts = `
 WITH picked AS (
     SELECT provider, endpoint, event_id
@@ -135,12 +137,11 @@ WITH picked AS (
 )
 UPDATE webhook_inbox AS w
    SET attempts     = w.attempts + 1,
-       available_at = CASE WHEN w.attempts + 1 >= $2 THEN 'infinity'::timestamptz
-                           ELSE coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond' END
+       available_at = coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond'
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
 RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, coalesce(w.api_version, ''), w.source,
-          ` + lockKey + ``
+          w.available_at, ` + lockKey + ``
 
 // lockKey is the order a batch applies its receipts in (Claimed.LockKey):
 // the invoice each event belongs to, so that every batch takes the rows of
@@ -216,8 +217,8 @@ RETURNING extract(epoch FROM processed_at - received_at)::float8`
 // another worker has completed. The delay counts from the failure
 // (clock_timestamp), not from the start of the transaction, which for a
 // batch can be seconds earlier. A row that has used up its attempts waits
-// for review out of the claim's way (available_at = 'infinity', see
-// claimReceipts).
+// for review out of the claim's way (available_at = 'infinity', as
+// parkNeedsReview parks a last attempt whose lease ended without one).
 const recordFailure = `
 UPDATE webhook_inbox
    SET last_error   = $4,
@@ -226,37 +227,43 @@ UPDATE webhook_inbox
  WHERE provider = $1 AND endpoint = $2 AND event_id = $3
    AND processed_at IS NULL`
 
-// parkNeedsReview: $1 max_attempts. Hides, as claimReceipts and
-// recordFailure do, unprocessed rows that used up their attempts but still
-// have a finite available_at: rows that reached the limit before those
-// queries parked them, or whose limit MAX_ATTEMPTS lowered. Rows another
-// transaction holds are left for the next run.
+// parkNeedsReview: $1 max_attempts, $2 now. Hides, as recordFailure does,
+// unprocessed rows that used up their attempts but still have a finite
+// available_at that has passed: rows whose last attempt's claim ended
+// without an outcome (the process died), rows that reached the limit before
+// these queries parked them, or whose limit MAX_ATTEMPTS lowered. A row
+// whose lease has not ended is a worker's (it may still record the
+// outcome), and rows another transaction holds are left for the next run.
 const parkNeedsReview = `
 UPDATE webhook_inbox AS w
    SET available_at = 'infinity'
   FROM (SELECT provider, endpoint, event_id
           FROM webhook_inbox
          WHERE processed_at IS NULL
-           AND available_at < 'infinity'
+           AND available_at <= coalesce($2::timestamptz, now())
            AND attempts >= $1
            FOR UPDATE SKIP LOCKED) AS p
  WHERE (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)`
 
 // releaseClaims: $1 providers, $2 endpoints, $3 event_ids, $4 the attempts
-// each claim returned, $5 now. Gives back claimed rows that were never
-// attempted (the invocation is about to end): the attempt is uncounted and
-// the row is claimable at once. A row whose attempts differ from its claim's
-// was claimed again by another worker after the lease expired: it is not
-// ours to release. Returns the keys of the rows released. (Attempts only
-// grow, except by a release: a row released back to our count was released
-// by the worker that re-claimed it, and then neither of us attempted it.)
+// and $6 the lease's end (available_at) each claim returned, $5 now. Gives
+// back claimed rows that were never attempted (the invocation is about to
+// end): the attempt is uncounted and the row is claimable at once. The
+// claim's attempts and lease end are its fencing token: a row that differs
+// in either was claimed again by another worker (after the lease expired,
+// or after an operator's retry reset its attempts: the retry skips rows
+// whose lease has not ended, but a worker may outlive its lease), failed,
+// or retried since; it is not ours to release. Two claims share the token
+// only if they counted the same attempt and computed the same lease end to
+// the microsecond. Returns the keys of the rows released.
 const releaseClaims = `
 UPDATE webhook_inbox AS w
    SET attempts     = greatest(w.attempts - 1, 0),
        available_at = coalesce($5::timestamptz, now())
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, endpoint, event_id, attempts)
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $6::timestamptz[]) AS k(provider, endpoint, event_id, attempts, lease_until)
  WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
    AND w.attempts = k.attempts
+   AND w.available_at = k.lease_until
    AND w.processed_at IS NULL
 RETURNING w.provider, w.endpoint, w.event_id`
 

@@ -194,7 +194,11 @@ func TestRetryWithAFilterChangesExactlyTheMatchingRows(t *testing.T) {
 	ctx := context.Background()
 	before := opstest.Snapshot(t, b.fx.DB)
 	dry := b.do(t, ops.Request{Command: ops.CmdRetry, Filter: ops.Filter{State: "failed"}, DryRun: true, Reason: "trying"}).Retry
-	require.Equal(t, 2, dry.Count)
+	require.Equal(t, 1, dry.Count)
+	require.Equal(t, []ops.ReceiptKey{{Endpoint: "billing", EventID: opstest.Failed1}}, dry.Receipts)
+	require.Equal(t, 1, dry.SkippedCount, "the other failed receipt waits out its backoff: held like a lease")
+	require.Equal(t, "connect/"+opstest.Failed2, dry.Skipped[0].Endpoint+"/"+dry.Skipped[0].EventID)
+	require.True(t, dry.Skipped[0].Until.After(time.Now()))
 	require.Zero(t, dry.AuditID)
 	require.Equal(t, before, opstest.Snapshot(t, b.fx.DB), "a dry run changes nothing")
 

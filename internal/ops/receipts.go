@@ -142,8 +142,26 @@ type RetryResult struct {
 	// Receipts are their keys, at most MaxListedKeys (Truncated then).
 	Receipts  []ReceiptKey `json:"receipts"`
 	Truncated bool         `json:"truncated,omitempty"`
+	// SkippedCount is how many matching receipts were (would be) left
+	// alone because a worker holds them right now: its claim's lease has
+	// not ended (or a failure's backoff, which looks the same). Resetting
+	// one would let a second worker claim it while the first still holds
+	// it. Skipped lists them (at most MaxListedKeys) with when their lease
+	// or backoff ends: retry again after that if they are still
+	// unprocessed.
+	SkippedCount int          `json:"skipped_count"`
+	Skipped      []SkippedKey `json:"skipped"`
+	SkippedTrunc bool         `json:"skipped_truncated,omitempty"`
 	// AuditID is the ops_audit row (0 for a dry run).
 	AuditID int64 `json:"audit_id,omitempty"`
+}
+
+// SkippedKey is a receipt a retry left alone, and until when a worker holds
+// it.
+type SkippedKey struct {
+	Endpoint string    `json:"endpoint"`
+	EventID  string    `json:"event_id"`
+	Until    time.Time `json:"held_until"`
 }
 
 // ReceiptKey names a receipt.
@@ -154,13 +172,25 @@ type ReceiptKey struct {
 
 func (o *Ops) retry(ctx context.Context, r Request, c Caller) (*RetryResult, error) {
 	f := o.filter(r)
-	res := &RetryResult{DryRun: r.DryRun, Receipts: []ReceiptKey{}}
+	res := &RetryResult{DryRun: r.DryRun, Receipts: []ReceiptKey{}, Skipped: []SkippedKey{}}
 	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
 		keys, err := inbox.Retry(ctx, tx, f, r.DryRun)
 		if err != nil {
 			return err
 		}
-		if len(keys) == 0 && r.EventID != "" {
+		held, err := inbox.RetrySkipped(ctx, tx, f)
+		if err != nil {
+			return err
+		}
+		res.SkippedCount = len(held)
+		for i, h := range held {
+			if i == MaxListedKeys {
+				res.SkippedTrunc = true
+				break
+			}
+			res.Skipped = append(res.Skipped, SkippedKey{Endpoint: h.Endpoint, EventID: h.EventID, Until: h.Until.UTC()})
+		}
+		if len(keys) == 0 && len(held) == 0 && r.EventID != "" {
 			// One event: an unknown id or a processed receipt is a
 			// mistake, not "nothing to do".
 			rs, err := inbox.ReceiptsByEventID(ctx, tx, r.EventID, r.Filter.Endpoint, o.MaxAttempts, false)

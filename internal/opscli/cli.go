@@ -48,7 +48,8 @@ Commands:
   receipts [FILTERS]         receipts, newest first, a page at a time (--limit, --after)
   show EVENT_ID              the receipt(s) of an event and its effects (--endpoint);
                              --payload --reason TEXT: with the payload (customer data), audited
-  retry EVENT_ID|FILTERS     retry unprocessed receipts: fresh attempts, claimable now
+  retry EVENT_ID|FILTERS     retry unprocessed receipts: fresh attempts, claimable now;
+                             skips (and lists) those a worker holds right now;
                              --reason TEXT (required), --dry-run shows what would change
   anomalies [--all]          open anomalies (--all: resolved ones too)
   resolve ID --note TEXT     mark an anomaly resolved

@@ -182,6 +182,16 @@ func renderRetry(tw *tabwriter.Writer, r *ops.RetryResult) {
 	if r.Truncated {
 		fmt.Fprintf(tw, "(the first %d listed)\n", len(r.Receipts))
 	}
+	if r.SkippedCount > 0 {
+		fmt.Fprintf(tw, "skipped %d receipts a worker holds right now (its lease, or a failure's backoff, has not ended); retry them after HELD UNTIL if they are still unprocessed\n", r.SkippedCount)
+		fmt.Fprintln(tw, "ENDPOINT\tEVENT\tHELD UNTIL")
+		for _, k := range r.Skipped {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", k.Endpoint, k.EventID, ts(&k.Until))
+		}
+		if r.SkippedTrunc {
+			fmt.Fprintf(tw, "(the first %d listed)\n", len(r.Skipped))
+		}
+	}
 	if r.AuditID != 0 {
 		fmt.Fprintf(tw, "audit row %d\n", r.AuditID)
 	}

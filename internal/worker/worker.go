@@ -168,7 +168,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	defer cancel()
 	// Receipts that reached the attempt limit before claims and failures
 	// parked them (out of the claim's index range) are parked here.
-	if parked, err := inbox.ParkNeedsReview(statsCtx, w.pool, w.cfg.MaxAttempts); err != nil {
+	if parked, err := inbox.ParkNeedsReview(statsCtx, w.pool, w.cfg.MaxAttempts, w.Now()); err != nil {
 		errs = append(errs, err)
 	} else if parked > 0 {
 		w.logger.InfoContext(ctx, "parked receipts that need review", "count", parked)

@@ -43,7 +43,7 @@ func needsReview(ctx context.Context, out io.Writer) {
 			if variant == "parked" {
 				// What the worker does with rows that reached the limit
 				// before claims and failures parked them.
-				parked, err := inbox.ParkNeedsReview(ctx, pool0(ctx), worker.DefaultMaxAttempts)
+				parked, err := inbox.ParkNeedsReview(ctx, pool0(ctx), worker.DefaultMaxAttempts, nil)
 				check(err)
 				if parked != stuck {
 					fail(fmt.Errorf("parked %d of %d needs-review rows", parked, stuck))

@@ -45,8 +45,8 @@ const (
 	Voided      = "evt_fx_voided"    // invoice.voided in_fx_2: applied
 	PaidOnVoid  = "evt_fx_paid_void" // invoice.paid in_fx_2: applied, raised the anomaly
 	Backlog     = "evt_fx_backlog"   // invoice.finalized, unprocessed, never tried
-	Failed1     = "evt_fx_failed_1"  // refund.created, 2 attempts, last_error "pg 40P01: deadlock detected"
-	Failed2     = "evt_fx_failed_2"  // refund.created on connect, 3 attempts, last_error "pg 57014: statement timeout"
+	Failed1     = "evt_fx_failed_1"  // refund.created, 2 attempts, last_error "pg 40P01: deadlock detected", due again
+	Failed2     = "evt_fx_failed_2"  // refund.created on connect, 3 attempts, last_error "pg 57014: statement timeout", held 5 more minutes
 	NeedsReview = "evt_fx_review"    // charge.refunded, 10 attempts, last_error "bad_payload: no charge id"
 	Other       = "evt_fx_other"     // customer.updated of OtherAPIVersion on connect: processed (ignored)
 )
@@ -111,7 +111,7 @@ func Seed(t *testing.T, db *pgtest.Database) TestBundle {
 	store("connect", SecretConnect, stripetest.Event(Failed2, "refund.created", stripetest.Refund("re_fx_2", "ch_fx_2", 100)))
 	store("billing", SecretNew, stripetest.Event(NeedsReview, "charge.refunded", map[string]any{"object": "charge"}))
 	for _, s := range []string{
-		`UPDATE webhook_inbox SET attempts = 2, last_error = 'pg 40P01: deadlock detected', available_at = now() + interval '1 minute' WHERE event_id = '` + Failed1 + `'`,
+		`UPDATE webhook_inbox SET attempts = 2, last_error = 'pg 40P01: deadlock detected', available_at = now() - interval '1 minute' WHERE event_id = '` + Failed1 + `'`,
 		`UPDATE webhook_inbox SET attempts = 3, last_error = 'pg 57014: canceling statement due to statement timeout', available_at = now() + interval '5 minutes' WHERE event_id = '` + Failed2 + `'`,
 		`UPDATE webhook_inbox SET attempts = 10, last_error = 'bad_payload: no charge id', available_at = 'infinity' WHERE event_id = '` + NeedsReview + `'`,
 	} {
