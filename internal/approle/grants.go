@@ -184,6 +184,7 @@ func grants(roles Roles, webhookInsert []string) []string {
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+worker,
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+worker,
 	)
+	out = append(out, workerDisputeGrants(worker)...)
 	if roles.Ops != "" {
 		out = append(out, opsGrants(q(roles.Ops))...)
 	}
