@@ -35,6 +35,47 @@ ALTER TABLE payment_links ADD CONSTRAINT payment_links_payment_account UNIQUE NU
 ALTER TABLE anomalies DROP CONSTRAINT anomalies_kind_subject_id_key;
 ALTER TABLE anomalies ADD CONSTRAINT anomalies_kind_subject_account UNIQUE NULLS NOT DISTINCT (kind, subject_id, account);
 
+-- Rows booked before this migration from a connected account's events were
+-- recorded without it. Where the receipts that booked them are still kept
+-- (RETENTION_DAYS), they get their account back, so that a later event of
+-- that account (a refund, a dispute, a second Event object) finds them
+-- rather than starting a row of its own: the ledger entries and anomalies
+-- by the receipt that booked or raised them, invoices and refunds by the
+-- receipts about them (only when those all name one account), refunds also
+-- by their entries, payment links by their invoice or refunds. Rows whose
+-- receipts were purged stay NULL (docs/operations.md, "Connected accounts
+-- before migration 0017"). This reads webhook_inbox once per table (no lock
+-- that blocks the webhook's inserts).
+UPDATE ledger_entries e SET account = w.account
+  FROM webhook_inbox w
+ WHERE w.event_id = e.event_id AND w.account IS NOT NULL;
+
+UPDATE anomalies a SET account = w.account
+  FROM webhook_inbox w
+ WHERE w.event_id = a.event_id AND w.endpoint = a.endpoint AND w.account IS NOT NULL;
+
+UPDATE invoices i SET account = w.account
+  FROM (SELECT object_id, min(account) AS account FROM webhook_inbox
+         WHERE account IS NOT NULL AND object_id IS NOT NULL
+         GROUP BY object_id HAVING count(DISTINCT account) = 1) w
+ WHERE w.object_id = i.id;
+
+UPDATE refunds r SET account = w.account
+  FROM (SELECT object_id, min(account) AS account FROM webhook_inbox
+         WHERE account IS NOT NULL AND object_id IS NOT NULL
+         GROUP BY object_id HAVING count(DISTINCT account) = 1) w
+ WHERE w.object_id = r.id;
+UPDATE refunds r SET account = e.account
+  FROM ledger_entries e
+ WHERE r.account IS NULL AND e.kind = 'refund:' || r.id AND e.account IS NOT NULL;
+
+UPDATE payment_links l SET account = i.account
+  FROM invoices i
+ WHERE l.invoice_id = i.id AND i.account IS NOT NULL;
+UPDATE payment_links l SET account = r.account
+  FROM refunds r
+ WHERE l.account IS NULL AND l.invoice_id IS NULL AND l.payment_id IN (r.charge_id, r.payment_intent_id) AND r.account IS NOT NULL;
+
 -- A ledger key is (invoice_id, kind, account): two accounts' entries never
 -- share one, even when their invoice or refund ids are the same.
 ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_invoice_id_kind_key;
