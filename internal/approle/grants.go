@@ -235,7 +235,7 @@ func grants(roles Roles, webhookInsert []string) []string {
 // ON CONFLICT, RETURNING and lock keys), so on webhook_inbox not the
 // signature's fingerprint, signing time or duplicate count.
 func workerGrants(worker string) []string {
-	return []string{
+	return append([]string{
 		// internal/inbox (queries.go): claimReceipts, claimable,
 		// lockReceipt(s), markProcessed, markManyProcessed,
 		// recordFailure, parkNeedsReview, releaseClaims, backlogStats.
@@ -244,35 +244,35 @@ func workerGrants(worker string) []string {
 		"GRANT UPDATE (attempts, available_at, last_error, processed_at, outcome) ON public.webhook_inbox TO " + worker,
 		// internal/handlers (queries.go): upsertInvoice and payInvoice
 		// (the invoice's upsert), invoiceStatus.
-		"GRANT SELECT (id, status, customer_id, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
-		"GRANT INSERT (id, customer_id, status, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
+		"GRANT SELECT (id, account, status, customer_id, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
+		"GRANT INSERT (id, account, customer_id, status, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
 		"GRANT UPDATE (status, customer_id, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id, updated_at) ON public.invoices TO " + worker,
 		// payInvoice's booking (RETURNING id) and refundEntries (moves
 		// an entry: ON CONFLICT (kind) DO UPDATE SET invoice_id WHERE
 		// the invoice differs).
-		"GRANT SELECT (id, invoice_id, kind) ON public.ledger_entries TO " + worker,
-		"GRANT INSERT (invoice_id, kind, amount, currency, event_id) ON public.ledger_entries TO " + worker,
+		"GRANT SELECT (id, invoice_id, kind, account) ON public.ledger_entries TO " + worker,
+		"GRANT INSERT (invoice_id, kind, account, amount, currency, event_id) ON public.ledger_entries TO " + worker,
 		"GRANT UPDATE (invoice_id) ON public.ledger_entries TO " + worker,
 		// applyRefund and attributeRefunds.
-		"GRANT SELECT (id, charge_id, payment_intent_id, invoice_id, booked_under, amount, currency, status, succeeded) ON public.refunds TO " + worker,
-		"GRANT INSERT (id, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded) ON public.refunds TO " + worker,
+		"GRANT SELECT (id, account, charge_id, payment_intent_id, invoice_id, booked_under, amount, currency, status, succeeded) ON public.refunds TO " + worker,
+		"GRANT INSERT (id, account, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded) ON public.refunds TO " + worker,
 		"GRANT UPDATE (charge_id, payment_intent_id, invoice_id, currency, status, succeeded, updated_at) ON public.refunds TO " + worker,
 		// linkPayments (and payInvoice's), applyRefund's links, and the
 		// claim's lock key (internal/inbox lockKey).
-		"GRANT SELECT (payment_id, invoice_id, has_refunds) ON public.payment_links TO " + worker,
-		"GRANT INSERT (payment_id, invoice_id, has_refunds) ON public.payment_links TO " + worker,
+		"GRANT SELECT (payment_id, account, invoice_id, has_refunds) ON public.payment_links TO " + worker,
+		"GRANT INSERT (payment_id, account, invoice_id, has_refunds) ON public.payment_links TO " + worker,
 		"GRANT UPDATE (invoice_id, has_refunds, updated_at) ON public.payment_links TO " + worker,
 		// raiseAnomaly, and countUnresolvedAnomalies (the AnomalyCount
 		// metric). Never resolved_at: that is the operators'.
-		"GRANT SELECT (kind, subject_id, resolved_at) ON public.anomalies TO " + worker,
-		"GRANT INSERT (kind, subject_id, endpoint, event_id, detail) ON public.anomalies TO " + worker,
+		"GRANT SELECT (kind, subject_id, account, resolved_at) ON public.anomalies TO " + worker,
+		"GRANT INSERT (kind, subject_id, account, endpoint, event_id, detail) ON public.anomalies TO " + worker,
 		// The handlers' outbox row (outbox.InsertRowsSQL) and the relay
 		// (internal/outbox queries.go: claimRows, markPublished,
 		// recordFailures, releaseRows, parkExhausted, backlog).
 		"GRANT SELECT (id, aggregate_type, aggregate_id, event_type, payload, created_at, published_at, attempts, available_at, claim_token, last_error) ON public.outbox TO " + worker,
 		"GRANT INSERT (aggregate_type, aggregate_id, event_type, payload) ON public.outbox TO " + worker,
 		"GRANT UPDATE (attempts, available_at, leased_until, claim_token, last_error, published_at) ON public.outbox TO " + worker,
-	}
+	}, workerDisputeGrants(worker)...)
 }
 
 // opsGrants are the operators' role's privileges: exactly the statements of

@@ -165,6 +165,19 @@ func (n *Int) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Flag is a contract field read as a boolean.
+type Flag struct {
+	V    bool
+	Kind Kind
+}
+
+// UnmarshalJSON records the kind and, for a boolean, its value.
+func (f *Flag) UnmarshalJSON(b []byte) error {
+	f.Kind = kindOf(b)
+	f.V = f.Kind == KindBool && b[0] == 't'
+	return nil
+}
+
 // ID is a contract field read as the id of an expandable object: an id
 // (string), or the expanded object, whose id it reads.
 type ID struct {

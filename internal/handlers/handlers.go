@@ -97,17 +97,22 @@ func Default() Registry { return New(Options{}) }
 // event once and checks its contract and version (on) before it applies.
 func New(o Options) Registry {
 	return Registry{
-		"invoice.created":              on(o, invoiceCreated),
-		"invoice.finalized":            on(o, invoiceFinalized),
-		"invoice.paid":                 on(o, invoicePaid),
-		"invoice.voided":               on(o, invoiceVoided),
-		"invoice.marked_uncollectible": on(o, invoiceMarkedUncollectible),
-		"invoice_payment.paid":         on(o, invoicePaymentPaid),
-		"charge.refunded":              on(o, chargeRefunded),
-		"refund.created":               on(o, refundChanged),
-		"refund.updated":               on(o, refundChanged),
-		"refund.failed":                on(o, refundChanged),
-		"charge.refund.updated":        on(o, refundChanged),
+		"invoice.created":                 on(o, invoiceCreated),
+		"invoice.finalized":               on(o, invoiceFinalized),
+		"invoice.paid":                    on(o, invoicePaid),
+		"invoice.voided":                  on(o, invoiceVoided),
+		"invoice.marked_uncollectible":    on(o, invoiceMarkedUncollectible),
+		"invoice_payment.paid":            on(o, invoicePaymentPaid),
+		"charge.refunded":                 on(o, chargeRefunded),
+		"refund.created":                  on(o, refundChanged),
+		"refund.updated":                  on(o, refundChanged),
+		"refund.failed":                   on(o, refundChanged),
+		"charge.refund.updated":           on(o, refundChanged),
+		"charge.dispute.created":          on(o, disputeChanged),
+		"charge.dispute.updated":          on(o, disputeChanged),
+		"charge.dispute.closed":           on(o, disputeChanged),
+		"charge.dispute.funds_withdrawn":  on(o, disputeChanged),
+		"charge.dispute.funds_reinstated": on(o, disputeChanged),
 	}
 }
 

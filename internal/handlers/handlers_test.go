@@ -139,7 +139,9 @@ func TestInvoiceTransitions(t *testing.T) {
 		{"paid", "invoice.created", want{status: "paid", paid: true}},
 		{"paid", "invoice.finalized", want{status: "paid", paid: true}},
 		{"paid", "invoice.paid", want{status: "paid", paid: true}},
-		{"paid", "invoice.voided", want{status: "paid", paid: true}},
+		// A void after the payment: the anomaly a payment after a void
+		// raises, so both orders reach a human (issue 23).
+		{"paid", "invoice.voided", want{status: "paid", paid: true, anomaly: "payment_on_void_invoice"}},
 		{"paid", "invoice.marked_uncollectible", want{status: "paid", paid: true}},
 
 		{"void", "invoice.created", want{status: "void"}},
@@ -312,6 +314,15 @@ func TestBadPayloadsAndUnknownTypes(t *testing.T) {
 		"charge without id":          {"charge.refunded", map[string]any{"object": "charge"}},
 		"listed refund of no status": {"charge.refunded", stripetest.ChargeWithRefundList("ch_1", "in_1", map[string]any{"id": "re_1", "amount": 5})},
 		"invoice payment of nothing": {"invoice_payment.paid", map[string]any{"object": "invoice_payment"}},
+		"dispute without a charge":   {"charge.dispute.funds_withdrawn", stripetest.Dispute("dp_1", "", "", "needs_response", 5)},
+		"dispute of unknown status":  {"charge.dispute.funds_withdrawn", stripetest.Dispute("dp_1", "ch_1", "", "charge_refunded", 5)},
+		"dispute withdrawn twice": {"charge.dispute.funds_withdrawn", stripetest.Dispute("dp_1", "ch_1", "", "needs_response", 5,
+			stripetest.DisputeBalanceTransaction("txn_1", -5, 0, "usd"), stripetest.DisputeBalanceTransaction("txn_2", -5, 0, "usd"))},
+		"out of band beyond the paid amount": {"invoice.paid", func() map[string]any {
+			o := stripetest.Invoice("in_1", "cus_1", "paid", 100)
+			o["amount_paid_off_stripe"] = 101
+			return o
+		}()},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

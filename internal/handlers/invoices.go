@@ -21,6 +21,14 @@ type invoice struct {
 	Payments *struct {
 		Data []invoicePayment `json:"data"`
 	} `json:"payments"`
+	// Whether the invoice was paid outside Stripe, up to acacia (removed
+	// in 2025-03-31.basil, whose amount_paid counts such payments).
+	PaidOutOfBand Flag `json:"paid_out_of_band"`
+	// The amount paid outside Stripe, from 2026-05-27.dahlia on, when the
+	// payload includes it ("The property isn't available in event
+	// payloads", https://docs.stripe.com/changelog/dahlia/2026-05-27/invoice-object-amount-paid-off-stripe-property;
+	// stripe-mock v0.203.0's invoice has it).
+	AmountPaidOffStripe Int `json:"amount_paid_off_stripe"`
 }
 
 func (inv *invoice) contract(c *checker) {
@@ -30,7 +38,13 @@ func (inv *invoice) contract(c *checker) {
 	c.want("currency", inv.Currency.Kind, String)
 	c.want("amount_due", inv.AmountDue.Kind, Integer)
 	c.want("amount_paid", inv.AmountPaid.Kind, Integer)
-	c.want("charge", inv.Charge.Kind, Ref|Null|Absent) // removed in basil
+	c.want("charge", inv.Charge.Kind, Ref|Null|Absent)              // removed in basil
+	c.want("paid_out_of_band", inv.PaidOutOfBand.Kind, Bool|Absent) // removed in basil
+	c.want("amount_paid_off_stripe", inv.AmountPaidOffStripe.Kind, Integer|Null|Absent)
+	if c.bad == nil && inv.AmountPaidOffStripe.Kind == KindInteger && inv.AmountPaid.Kind == KindInteger &&
+		(inv.AmountPaidOffStripe.V < 0 || inv.AmountPaidOffStripe.V > inv.AmountPaid.V) {
+		c.bad = &ContractError{Field: c.path("amount_paid_off_stripe"), Want: "an integer from 0 to amount_paid", Got: fmt.Sprint(inv.AmountPaidOffStripe.V)}
+	}
 	if inv.Payments != nil {
 		for i := range inv.Payments.Data {
 			c.in(fmt.Sprintf("payments.data[%d]", i), inv.Payments.Data[i].inList)
@@ -44,6 +58,10 @@ func (inv *invoice) contract(c *checker) {
 type invoicePayment struct {
 	Invoice ID                `json:"invoice"` // an id or an expanded Invoice
 	Payment associatedPayment `json:"payment"`
+	// Read of a payment_record only: the amount paid outside Stripe.
+	AmountPaid Int `json:"amount_paid"`
+	Status     Str `json:"status"`
+	Currency   Str `json:"currency"`
 }
 
 // associatedPayment is InvoicePayment.payment: what paid the invoice.
@@ -68,11 +86,30 @@ const (
 func (p *invoicePayment) contract(c *checker) {
 	c.want("invoice", p.Invoice.Kind, Ref)
 	c.nonEmpty("invoice", p.Invoice.Kind, p.Invoice.V)
-	c.in("payment", p.Payment.contract)
+	p.inList(c)
 }
 
 // inList: an element of invoice.payments (its invoice is the one listing it).
-func (p *invoicePayment) inList(c *checker) { c.in("payment", p.Payment.contract) }
+func (p *invoicePayment) inList(c *checker) {
+	c.in("payment", p.Payment.contract)
+	if p.Payment.Type.V == paymentRecord {
+		// stripe-go v82 InvoicePayment: AmountPaid ("Amount that was
+		// actually paid for this invoice ... This field is null until the
+		// payment is paid"), Status (canceled, open, paid).
+		c.want("amount_paid", p.AmountPaid.Kind, Integer|Null)
+		c.want("status", p.Status.Kind, String)
+		c.oneOf("status", p.Status, "canceled", "open", "paid")
+	}
+}
+
+// outsideStripe is the amount a paid invoice payment of type
+// payment_record says was paid outside Stripe; 0 for any other.
+func (p invoicePayment) outsideStripe() int64 {
+	if p.Payment.Type.V != paymentRecord || p.Status.V != "paid" || p.AmountPaid.V < 0 {
+		return 0
+	}
+	return p.AmountPaid.V
+}
 
 func (pay *associatedPayment) contract(c *checker) {
 	c.want("type", pay.Type.Kind, String)
@@ -96,6 +133,36 @@ func (pay associatedPayment) stripePayments() []string {
 }
 
 func (inv invoice) customer() string { return inv.Customer.V }
+
+// split is the invoice's amount_paid as paid through Stripe and outside
+// it, from what the payload says (each version's shape, releases.go):
+//
+//   - paid_out_of_band: true (up to acacia): all of it outside Stripe;
+//   - amount_paid_off_stripe (2026-05-27.dahlia on, when the payload
+//     includes it): that much outside Stripe;
+//   - payments (2025-03-31.basil on, when the payload includes them): the
+//     paid payment_record payments (2025-10-29.clover on) outside Stripe,
+//     at most amount_paid;
+//   - none of these: all of it through Stripe. From basil on amount_paid
+//     counts out-of-band payments too, so an invoice.paid without any of
+//     these fields cannot tell them apart: invoicePaymentPaid raises an
+//     anomaly for a payment_record with money in it (docs/events.md).
+func (inv invoice) split() (stripe, outside int64) {
+	paid := inv.AmountPaid.V
+	switch {
+	case inv.PaidOutOfBand.V:
+		return 0, paid
+	case inv.AmountPaidOffStripe.Kind == KindInteger:
+		return paid - inv.AmountPaidOffStripe.V, inv.AmountPaidOffStripe.V
+	case inv.Payments != nil:
+		for _, p := range inv.Payments.Data {
+			outside += p.outsideStripe()
+		}
+		outside = min(outside, paid)
+		return paid - outside, outside
+	}
+	return paid, 0
+}
 
 // payments returns the charges and PaymentIntents the invoice names, sorted.
 func (inv invoice) payments() []string {
@@ -122,7 +189,7 @@ var (
 
 func transition(ctx context.Context, tx DB, ev Event, inv invoice, m Meta, target string, from []string) error {
 	if _, err := tx.Exec(ctx, upsertInvoice, inv.ID.V, inv.customer(), target, nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, from,
-		m.Created, statusRank[target], ev.ID); err != nil {
+		m.Created, statusRank[target], ev.ID, account(ev)); err != nil {
 		return fmt.Errorf("moving invoice %s to %s: %w", inv.ID.V, target, err)
 	}
 	return link(ctx, tx, ev, inv.ID.V, inv.payments())
@@ -136,7 +203,7 @@ func link(ctx context.Context, tx DB, ev Event, invoiceID string, payments []str
 		return nil
 	}
 	var attribute bool
-	if err := tx.QueryRow(ctx, linkPayments, invoiceID, payments).Scan(&attribute); err != nil {
+	if err := tx.QueryRow(ctx, linkPayments, invoiceID, payments, account(ev)).Scan(&attribute); err != nil {
 		return fmt.Errorf("linking payments %v to invoice %s: %w", payments, invoiceID, err)
 	}
 	if attribute {
@@ -145,12 +212,21 @@ func link(ctx context.Context, tx DB, ev Event, invoiceID string, payments []str
 	return nil
 }
 
+// attributeRefundsTo moves the refunds and the disputes of payments to
+// invoiceID (attributeRefunds, attributeDisputes).
 func attributeRefundsTo(ctx context.Context, tx DB, ev Event, invoiceID string, payments []string) error {
-	if _, err := tx.Exec(ctx, attributeRefunds, invoiceID, payments, ev.ID); err != nil {
+	if _, err := tx.Exec(ctx, attributeRefunds, invoiceID, payments, ev.ID, account(ev)); err != nil {
 		return fmt.Errorf("attributing refunds of %v to invoice %s: %w", payments, invoiceID, err)
+	}
+	if _, err := tx.Exec(ctx, attributeDisputes, invoiceID, payments, ev.ID, account(ev)); err != nil {
+		return fmt.Errorf("attributing disputes of %v to invoice %s: %w", payments, invoiceID, err)
 	}
 	return nil
 }
+
+// account is the event's connected account as the business tables record
+// it: NULL for the platform's own.
+func account(ev Event) *string { return nullIfEmpty(ev.Account) }
 
 // invoice.created: create the invoice as a draft if absent; never changes an
 // existing one (a late invoice.created must not roll back a paid invoice).
@@ -163,9 +239,53 @@ func invoiceFinalized(ctx context.Context, tx DB, ev Event, inv invoice, m Meta)
 	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, m, "open", fromForOpen)
 }
 
-// invoice.voided: to void unless already paid (never un-pay).
+// invoice.voided: to void unless already paid (never un-pay). A void that
+// finds the invoice paid books nothing and raises the anomaly a payment
+// that finds it void raises (invoicePaid): payment_on_void_invoice, one per
+// invoice, so that a payment and a void of one invoice reach a human
+// whichever is processed first. (Which one the invoice shows, and whether
+// the payment is booked, is what came first; the runbook, docs/operations.md,
+// says how to settle it.)
 func invoiceVoided(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
-	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, m, "void", fromForVoid)
+	var now, seen *string
+	if err := tx.QueryRow(ctx, voidInvoice, inv.ID.V, inv.customer(), "void", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForVoid,
+		m.Created, statusRank["void"], ev.ID, account(ev)).Scan(&now, &seen); err != nil {
+		return Result{}, fmt.Errorf("voiding invoice %s: %w", inv.ID.V, err)
+	}
+	if err := link(ctx, tx, ev, inv.ID.V, inv.payments()); err != nil {
+		return Result{}, err
+	}
+	status, err := finalStatus(ctx, tx, ev, inv.ID.V, now, seen)
+	if err != nil || status != "paid" {
+		return Result{Outcome: Applied}, err
+	}
+	detail, _ := json.Marshal(map[string]any{"status": status, "first": "paid", "voided_by": ev.ID})
+	if _, err := tx.Exec(ctx, raiseAnomaly, paymentOnVoid, inv.ID.V, ev.Endpoint, ev.ID, string(detail), account(ev)); err != nil {
+		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID.V, err)
+	}
+	return Result{Outcome: Applied, Anomaly: true}, nil
+}
+
+// paymentOnVoid is the anomaly of an invoice both paid and voided.
+const paymentOnVoid = "payment_on_void_invoice"
+
+// finalStatus is the invoice's status after a statement that returned now
+// (the status it set, NULL when it changed nothing) and seen (its
+// snapshot's): paid and void are final, so a snapshot that saw one is
+// current; otherwise the row changed after the snapshot and is read again,
+// locked.
+func finalStatus(ctx context.Context, tx DB, ev Event, id string, now, seen *string) (string, error) {
+	switch {
+	case now != nil:
+		return *now, nil
+	case seen != nil && (*seen == "paid" || *seen == "void"):
+		return *seen, nil
+	}
+	var status string
+	if err := tx.QueryRow(ctx, invoiceStatus, id, account(ev)).Scan(&status); err != nil {
+		return "", fmt.Errorf("reading the status of invoice %s: %w", id, err)
+	}
+	return status, nil
 }
 
 // invoice.marked_uncollectible: open -> uncollectible; never from paid or void.
@@ -174,26 +294,35 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 }
 
 // invoice.paid: move to paid unless void, then book the payment once per
-// invoice. The outbox row is written only when the entry is newly booked, so
-// a second Event object for the same payment notifies no one twice. A payment
-// on a void invoice books nothing and raises an anomaly.
+// invoice: what was paid through Stripe as 'payment', what was paid outside
+// Stripe as 'paid_out_of_band' (split), each with one outbox row
+// (InvoicePaymentBooked, InvoicePaidOutOfBand) written only when the entry
+// is newly booked, so a second Event object for the same payment notifies
+// no one twice. An invoice paid wholly outside Stripe has no 'payment'
+// entry: no money moved through Stripe. A payment on a void invoice books
+// nothing and raises an anomaly.
 //
 // The common cases (the invoice moves to paid, or it was already paid) take
 // one statement, which also records the invoice's payment links; a payment
 // on a void invoice takes a second one to record the anomaly, and a link to
-// a payment whose refunds were booked before it was known takes a second
-// one to move them to the invoice.
+// a payment whose refunds or disputes were booked before it was known takes
+// more to move them to the invoice.
 func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
-	payload, _ := json.Marshal(map[string]any{
-		"invoice_id": inv.ID.V, "customer_id": inv.customer(), "amount": inv.AmountPaid.V, "currency": inv.Currency.V, "event_id": ev.ID,
-	})
+	viaStripe, outside := inv.split()
+	payload := func(amount int64) string {
+		b, _ := json.Marshal(map[string]any{
+			"invoice_id": inv.ID.V, "customer_id": inv.customer(), "amount": amount, "currency": inv.Currency.V, "event_id": ev.ID,
+			"account": account(ev),
+		})
+		return string(b)
+	}
 	var (
 		now, seen *string
 		move      bool
 	)
 	payments := inv.payments()
 	err := tx.QueryRow(ctx, payInvoice, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForPaid,
-		m.Created, statusRank["paid"], ev.ID, "InvoicePaymentBooked", string(payload), payments).Scan(&now, &seen, &move)
+		m.Created, statusRank["paid"], ev.ID, account(ev), payload(viaStripe), payments, viaStripe, outside, payload(outside)).Scan(&now, &seen, &move)
 	if err != nil {
 		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)
 	}
@@ -202,16 +331,9 @@ func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Res
 			return Result{}, err
 		}
 	}
-	var status string
-	switch {
-	case now != nil:
-		status = *now // this statement changed the row: the latest version
-	case seen != nil && (*seen == "paid" || *seen == "void"):
-		status = *seen // final: the latest version has it too
-	default:
-		if err := tx.QueryRow(ctx, invoiceStatus, inv.ID.V).Scan(&status); err != nil {
-			return Result{}, fmt.Errorf("reading the status of invoice %s: %w", inv.ID.V, err)
-		}
+	status, err := finalStatus(ctx, tx, ev, inv.ID.V, now, seen)
+	if err != nil {
+		return Result{}, err
 	}
 	if status == "paid" {
 		// Moved to paid and booked by this statement, or paid by another
@@ -219,8 +341,8 @@ func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Res
 		// it in the same transaction.
 		return Result{Outcome: Applied}, nil
 	}
-	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid.V, "currency": inv.Currency.V})
-	if _, err := tx.Exec(ctx, raiseAnomaly, "payment_on_"+status+"_invoice", inv.ID.V, ev.Endpoint, ev.ID, string(detail)); err != nil {
+	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid.V, "currency": inv.Currency.V, "first": status})
+	if _, err := tx.Exec(ctx, raiseAnomaly, "payment_on_"+status+"_invoice", inv.ID.V, ev.Endpoint, ev.ID, string(detail), account(ev)); err != nil {
 		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID.V, err)
 	}
 	return Result{Outcome: Applied, Anomaly: true}, nil

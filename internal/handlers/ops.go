@@ -18,6 +18,7 @@ import (
 // InvoiceState is an invoice as an operator sees it.
 type InvoiceState struct {
 	ID         string     `json:"id"`
+	Account    string     `json:"account,omitempty"` // the connected account; "" the platform's own
 	CustomerID string     `json:"customer_id"`
 	Status     string     `json:"status"`
 	Currency   string     `json:"currency,omitempty"`
@@ -31,6 +32,7 @@ type InvoiceState struct {
 type LedgerEntry struct {
 	ID        int64     `json:"id"`
 	InvoiceID string    `json:"invoice_id"`
+	Account   string    `json:"account,omitempty"` // the connected account; "" the platform's own
 	Kind      string    `json:"kind"`
 	Amount    int64     `json:"amount"`
 	Currency  string    `json:"currency,omitempty"`
@@ -47,6 +49,7 @@ type Anomaly struct {
 	ID         int64           `json:"id"`
 	Kind       string          `json:"kind"`
 	SubjectID  string          `json:"subject_id"`
+	Account    string          `json:"account,omitempty"` // the connected account; "" the platform's own
 	Endpoint   string          `json:"endpoint"`
 	EventID    string          `json:"event_id"`
 	Detail     json.RawMessage `json:"detail"`
@@ -66,10 +69,10 @@ type Effects struct {
 }
 
 // EffectsOf reads the effects of the event eventID whose data.object.id is
-// objectID: the ledger entries it booked (ledger_entries.event_id), the
+// objectID, of account ("" the platform's own): the ledger entries it booked (ledger_entries.event_id), the
 // notifications it queued (outbox payload event_id), the anomalies it
 // raised first, and the invoices concerned.
-func EffectsOf(ctx context.Context, db DB, eventID, objectID string) (Effects, error) {
+func EffectsOf(ctx context.Context, db DB, eventID, objectID, account string) (Effects, error) {
 	e := Effects{Invoices: []InvoiceState{}, Ledger: []LedgerEntry{}, Outbox: []OutboxRow{}, Anomalies: []Anomaly{}}
 	rows, err := db.Query(ctx, opsLedgerOf, eventID)
 	if err != nil {
@@ -77,7 +80,7 @@ func EffectsOf(ctx context.Context, db DB, eventID, objectID string) (Effects, e
 	}
 	if e.Ledger, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
 		var l LedgerEntry
-		return l, r.Scan(&l.ID, &l.InvoiceID, &l.Kind, &l.Amount, &l.Currency, &l.EventID, &l.CreatedAt)
+		return l, r.Scan(&l.ID, &l.InvoiceID, &l.Account, &l.Kind, &l.Amount, &l.Currency, &l.EventID, &l.CreatedAt)
 	}); err != nil {
 		return e, fmt.Errorf("reading the ledger entries of %s: %w", eventID, err)
 	}
@@ -90,12 +93,12 @@ func EffectsOf(ctx context.Context, db DB, eventID, objectID string) (Effects, e
 	if e.Anomalies, err = pgx.CollectRows(rows, scanAnomaly); err != nil {
 		return e, fmt.Errorf("reading the anomalies of %s: %w", eventID, err)
 	}
-	if rows, err = db.Query(ctx, opsInvoicesOf, eventID, objectID); err != nil {
+	if rows, err = db.Query(ctx, opsInvoicesOf, eventID, objectID, account); err != nil {
 		return e, fmt.Errorf("reading the invoices of %s: %w", eventID, err)
 	}
 	if e.Invoices, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (InvoiceState, error) {
 		var i InvoiceState
-		return i, r.Scan(&i.ID, &i.CustomerID, &i.Status, &i.Currency, &i.AmountDue, &i.AmountPaid, &i.PaidAt, &i.UpdatedAt)
+		return i, r.Scan(&i.ID, &i.Account, &i.CustomerID, &i.Status, &i.Currency, &i.AmountDue, &i.AmountPaid, &i.PaidAt, &i.UpdatedAt)
 	}); err != nil {
 		return e, fmt.Errorf("reading the invoices of %s: %w", eventID, err)
 	}
@@ -104,7 +107,7 @@ func EffectsOf(ctx context.Context, db DB, eventID, objectID string) (Effects, e
 
 func scanAnomaly(r pgx.CollectableRow) (Anomaly, error) {
 	var a Anomaly
-	return a, r.Scan(&a.ID, &a.Kind, &a.SubjectID, &a.Endpoint, &a.EventID, &a.Detail, &a.CreatedAt, &a.ResolvedAt, &a.Resolution)
+	return a, r.Scan(&a.ID, &a.Kind, &a.SubjectID, &a.Account, &a.Endpoint, &a.EventID, &a.Detail, &a.CreatedAt, &a.ResolvedAt, &a.Resolution)
 }
 
 // ListAnomalies returns the unresolved anomalies (all of them, resolved
@@ -158,19 +161,20 @@ func ResolveAnomaly(ctx context.Context, db DB, id int64, note string) (Anomaly,
 
 // opsLedgerOf: $1 event_id.
 const opsLedgerOf = `
-SELECT id, invoice_id, kind, amount, coalesce(currency, ''), event_id, created_at
+SELECT id, invoice_id, coalesce(account, ''), kind, amount, coalesce(currency, ''), event_id, created_at
   FROM ledger_entries WHERE event_id = $1 ORDER BY id`
 
-const anomalyColumns = `id, kind, subject_id, endpoint, event_id, detail, created_at, resolved_at, coalesce(resolution, '')`
+const anomalyColumns = `id, kind, subject_id, coalesce(account, ''), endpoint, event_id, detail, created_at, resolved_at, coalesce(resolution, '')`
 
 // opsAnomaliesOf: $1 event_id (the receipt that raised it first).
 const opsAnomaliesOf = `SELECT ` + anomalyColumns + ` FROM anomalies WHERE event_id = $1 ORDER BY id`
 
-// opsInvoicesOf: $1 event_id, $2 the event's object id.
+// opsInvoicesOf: $1 event_id, $2 the event's object id, $3 its account ("" the platform).
 const opsInvoicesOf = `
-SELECT id, customer_id, status, coalesce(currency, ''), amount_due, amount_paid, paid_at, updated_at
-  FROM invoices
- WHERE id = $2 OR id IN (SELECT invoice_id FROM ledger_entries WHERE event_id = $1)
+SELECT id, coalesce(account, ''), customer_id, status, coalesce(currency, ''), amount_due, amount_paid, paid_at, updated_at
+  FROM invoices AS i
+ WHERE (id = $2 AND account IS NOT DISTINCT FROM nullif($3, ''))
+    OR (id, coalesce(account, '')) IN (SELECT invoice_id, coalesce(account, '') FROM ledger_entries WHERE event_id = $1)
  ORDER BY id`
 
 // opsListAnomalies: $1 all (resolved too), $2 limit.

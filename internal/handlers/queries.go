@@ -24,7 +24,8 @@ import (
 // upsertInvoice: $1 id, $2 customer, $3 target status, $4 currency,
 // $5 amount_due, $6 amount_paid, $7 statuses the target may replace,
 // $8 the event's created (seconds), $9 the target's status rank,
-// $10 event id. Inserts the invoice in the target state when absent (events
+// $10 event id, $11 account (NULL: the platform's own; an invoice is
+// (id, account), see migrations/0017). Inserts the invoice in the target state when absent (events
 // may arrive before invoice.created); otherwise moves it only from an allowed
 // state.
 //
@@ -37,9 +38,9 @@ import (
 // row is returned when either happened.
 const upsertInvoice = `
 INSERT INTO invoices AS i (id, customer_id, status, currency, amount_due, amount_paid, paid_at,
-                           snapshot_created, snapshot_rank, snapshot_event_id)
-VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $3 = 'paid' THEN now() END, $8, $9, $10)
-ON CONFLICT (id) DO UPDATE
+                           snapshot_created, snapshot_rank, snapshot_event_id, account)
+VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $3 = 'paid' THEN now() END, $8, $9, $10, $11::text)
+ON CONFLICT (id, account) DO UPDATE
    SET status            = CASE WHEN i.status = ANY ($7::text[]) THEN EXCLUDED.status ELSE i.status END,
        amount_paid       = CASE WHEN i.status = ANY ($7::text[]) AND EXCLUDED.status = 'paid' THEN EXCLUDED.amount_paid ELSE i.amount_paid END,
        paid_at           = CASE WHEN i.status = ANY ($7::text[]) AND EXCLUDED.status = 'paid' THEN coalesce(i.paid_at, now()) ELSE i.paid_at END,
@@ -55,9 +56,13 @@ ON CONFLICT (id) DO UPDATE
 const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLUDED.snapshot_event_id) > (i.snapshot_created, i.snapshot_rank, i.snapshot_event_id)`
 
 // payInvoice: the parameters of upsertInvoice with target 'paid', then
-// $11 outbox event_type, $12 outbox payload, $13 the payments (ch_/pi_ ids)
-// the invoice names. In one statement: moves the invoice to paid (or creates
-// it paid), books the payment, queues the notification and records the
+// $12 the payment's outbox payload, $13 the payments (ch_/pi_ ids) the
+// invoice names, $14 the amount paid through Stripe, $15 the amount paid
+// outside Stripe, $16 the out-of-band payment's outbox payload. In one
+// statement: moves the invoice to paid (or creates it paid), books the
+// payment ('payment', $14, unless the invoice was paid wholly outside
+// Stripe) and the money paid outside Stripe ('paid_out_of_band', $15, when
+// above 0), queues one notification per entry booked and records the
 // payment links (see linkPayments). It returns the invoice's status after
 // this statement when the statement changed the row (NULL otherwise), the
 // status as this statement's snapshot saw it (NULL if absent), and whether
@@ -76,62 +81,70 @@ var payInvoice = `
 WITH paid AS (` + upsertInvoice + `
 RETURNING i.id, i.status
 ), booked AS (
-INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id)
-SELECT id, 'payment', $6::bigint, $4::text, $10::text FROM paid WHERE status = 'paid'
+INSERT INTO ledger_entries (invoice_id, kind, amount, currency, event_id, account)
+SELECT id, k.kind, k.amount, $4::text, $10::text, $11::text
+  FROM paid, (VALUES ('payment', $14::bigint), ('paid_out_of_band', $15::bigint)) AS k (kind, amount)
+ WHERE status = 'paid' AND (k.amount > 0 OR (k.kind = 'payment' AND $15::bigint = 0))
 ON CONFLICT DO NOTHING
-RETURNING id
+RETURNING kind
 ), queued AS (
 ` + outbox.InsertRowsSQL + `
-SELECT 'Invoice', $1, $11, $12::jsonb FROM booked
+SELECT 'Invoice', $1, CASE kind WHEN 'payment' THEN 'InvoicePaymentBooked' ELSE 'InvoicePaidOutOfBand' END,
+       CASE kind WHEN 'payment' THEN $12::jsonb ELSE $16::jsonb END FROM booked
 ), linked AS (` + linkPaymentsCTE + `
 )
-SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1),
-       coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedRefundsOf13
+SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11),
+       coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedOf13
 
 // linkPaymentsCTE: $1 invoice id, $13 payment ids (sorted, so that
-// concurrent statements lock them in one order). Records that the payments
+// concurrent statements lock them in one order), $11 account. Records that the payments
 // paid the invoice. A link, once known, is kept (a payment pays one invoice).
 // A row without invoice_id was left by a refund seen before the link
 // (applyRefund); this is when its entries must move to the invoice.
 const linkPaymentsCTE = `
-INSERT INTO payment_links AS l (payment_id, invoice_id)
-SELECT p, $1::text FROM unnest($13::text[]) AS p ORDER BY p
-ON CONFLICT (payment_id) DO UPDATE
+INSERT INTO payment_links AS l (payment_id, invoice_id, account)
+SELECT p, $1::text, $11::text FROM unnest($13::text[]) AS p ORDER BY p
+ON CONFLICT (payment_id, account) DO UPDATE
    SET invoice_id = EXCLUDED.invoice_id, updated_at = now()
  WHERE l.invoice_id IS NULL
 RETURNING l.has_refunds`
 
-// linkPayments: $1 invoice id, $2 payment ids (sorted). See linkPaymentsCTE.
+// linkPayments: $1 invoice id, $2 payment ids (sorted), $3 account. See linkPaymentsCTE.
 // Returns whether refunds of the payments may still be booked under another
 // key than their invoice (then the caller runs attributeRefunds).
 var linkPayments = `
 WITH linked AS (
-INSERT INTO payment_links AS l (payment_id, invoice_id)
-SELECT p, $1::text FROM unnest($2::text[]) AS p ORDER BY p
-ON CONFLICT (payment_id) DO UPDATE
+INSERT INTO payment_links AS l (payment_id, invoice_id, account)
+SELECT p, $1::text, $3::text FROM unnest($2::text[]) AS p ORDER BY p
+ON CONFLICT (payment_id, account) DO UPDATE
    SET invoice_id = EXCLUDED.invoice_id, updated_at = now()
  WHERE l.invoice_id IS NULL
 RETURNING l.has_refunds
 )
-SELECT coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedRefundsOf2
+SELECT coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedOf2
 
-// unattributedRefundsOf: whether the statement's snapshot holds a refund of
-// the payments (the parameter: an array of ch_/py_/pi_ ids) that no event has
-// attributed to an invoice yet. The link row's has_refunds (read from its
+// unattributedOf: whether the statement's snapshot holds a refund or a
+// dispute of the payments (the first parameter: an array of ch_/py_/pi_
+// ids; the second: the account) that no event has attributed to an invoice
+// yet. The link row's has_refunds (read from its
 // latest version, so it sees a refund committed after the snapshot) covers
 // every refund an event has shown with that payment; this also covers rows
 // no event has marked (refunds recorded by migration 0005's backfill).
-const unattributedRefundsOf = `EXISTS (SELECT 1 FROM refunds
-         WHERE (charge_id = ANY (%[1]s::text[]) OR payment_intent_id = ANY (%[1]s::text[])) AND invoice_id IS NULL)`
+const unattributedOf = `EXISTS (SELECT 1 FROM refunds
+         WHERE (charge_id = ANY (%[1]s::text[]) OR payment_intent_id = ANY (%[1]s::text[])) AND invoice_id IS NULL
+           AND account IS NOT DISTINCT FROM %[2]s::text)
+   OR EXISTS (SELECT 1 FROM disputes
+         WHERE (charge_id = ANY (%[1]s::text[]) OR payment_intent_id = ANY (%[1]s::text[])) AND invoice_id IS NULL
+           AND account IS NOT DISTINCT FROM %[2]s::text)`
 
 var (
-	unattributedRefundsOf2  = fmt.Sprintf(unattributedRefundsOf, "$2")
-	unattributedRefundsOf13 = fmt.Sprintf(unattributedRefundsOf, "$13")
+	unattributedOf2  = fmt.Sprintf(unattributedOf, "$2", "$3")
+	unattributedOf13 = fmt.Sprintf(unattributedOf, "$13", "$11")
 )
 
 // refundEntries is the tail of a statement that books what refund rows call
 // for: from a CTE named refund_rows with the rows' id, amount, currency,
-// status, succeeded and booked_under, and $EVENT (the event id parameter,
+// status, succeeded, booked_under and account, and $EVENT (the event id parameter,
 // see withEvent). Each entry is inserted under the row's booked_under once,
 // and an entry already booked under another key is moved there (an UPDATE
 // of invoice_id only, never of the amount). ON CONFLICT DO UPDATE sees the entry's latest version, not the
@@ -143,23 +156,24 @@ var (
 //	'refund_reversal:<id>' +amount   if so, and its highest status is failed or canceled
 const refundEntries = `
 , refunded AS (
-INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id)
-SELECT r.booked_under, 'refund:' || r.id, -r.amount, r.currency, $EVENT::text FROM refund_rows AS r WHERE r.succeeded
-ON CONFLICT (kind) WHERE kind LIKE 'refund:%'
+INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id, account)
+SELECT r.booked_under, 'refund:' || r.id, -r.amount, r.currency, $EVENT::text, r.account FROM refund_rows AS r WHERE r.succeeded
+ON CONFLICT (kind, account) WHERE kind LIKE 'refund:%'
 DO UPDATE SET invoice_id = EXCLUDED.invoice_id
  WHERE e.invoice_id <> EXCLUDED.invoice_id
 )
-INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id)
-SELECT r.booked_under, 'refund_reversal:' || r.id, r.amount, r.currency, $EVENT::text FROM refund_rows AS r
+INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id, account)
+SELECT r.booked_under, 'refund_reversal:' || r.id, r.amount, r.currency, $EVENT::text, r.account FROM refund_rows AS r
  WHERE r.succeeded AND r.status IN ('failed', 'canceled')
-ON CONFLICT (kind) WHERE kind LIKE 'refund\_reversal:%'
+ON CONFLICT (kind, account) WHERE kind LIKE 'refund\_reversal:%'
 DO UPDATE SET invoice_id = EXCLUDED.invoice_id
  WHERE e.invoice_id <> EXCLUDED.invoice_id`
 
 // withEvent puts the event id parameter into refundEntries.
 func withEvent(sql, param string) string { return strings.ReplaceAll(sql, "$EVENT", param) }
 
-// attributeRefunds: $1 invoice id, $2 payment ids (sorted), $3 event id. Run by an event that linked the payments to the invoice:
+// attributeRefunds: $1 invoice id, $2 payment ids (sorted), $3 event id,
+// $4 account. Run by an event that linked the payments to the invoice:
 // records the invoice on their refunds that had none (locking them in id
 // order) and moves their entries there (see refundEntries). It runs after
 // the statement that locked the link rows, so its snapshot holds every
@@ -169,19 +183,20 @@ var attributeRefunds = `
 WITH locked AS (
 SELECT id FROM refunds
  WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
+   AND account IS NOT DISTINCT FROM $4::text
  ORDER BY id
    FOR UPDATE
 ), refund_rows AS (
 UPDATE refunds AS x
    SET invoice_id = $1::text, updated_at = now()
   FROM locked
- WHERE x.id = locked.id AND x.invoice_id IS NULL
-RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under
+ WHERE x.id = locked.id AND x.account IS NOT DISTINCT FROM $4::text AND x.invoice_id IS NULL
+RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under, x.account
 )` + withEvent(refundEntries, "$3")
 
 // applyRefund: $1 refund id, $2 charge id, $3 payment intent id (NULL when
 // unknown), $4 amount (positive), $5 currency, $6 status, $7 event id,
-// $8 the payment ids among $2 and $3 (sorted).
+// $8 the payment ids among $2 and $3 (sorted), $9 account.
 //
 // In one statement: takes the payment link rows first (every statement that
 // touches both takes the links before the refund, so they cannot deadlock),
@@ -204,14 +219,14 @@ RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under
 // the entries booked under the charge before.
 var applyRefund = `
 WITH linked AS (
-INSERT INTO payment_links AS l (payment_id, has_refunds)
-SELECT p, true FROM unnest($8::text[]) AS p ORDER BY p
-ON CONFLICT (payment_id) DO UPDATE SET has_refunds = true
+INSERT INTO payment_links AS l (payment_id, has_refunds, account)
+SELECT p, true, $9::text FROM unnest($8::text[]) AS p ORDER BY p
+ON CONFLICT (payment_id, account) DO UPDATE SET has_refunds = true
 RETURNING l.invoice_id
 ), refund_rows AS (
-INSERT INTO refunds AS r (id, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded)
-SELECT $1::text, $2::text, $3::text, (SELECT min(invoice_id) FROM linked), $4::bigint, $5::text, $6::text, $6::text = 'succeeded'
-ON CONFLICT (id) DO UPDATE
+INSERT INTO refunds AS r (id, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded, account)
+SELECT $1::text, $2::text, $3::text, (SELECT min(invoice_id) FROM linked), $4::bigint, $5::text, $6::text, $6::text = 'succeeded', $9::text
+ON CONFLICT (id, account) DO UPDATE
    -- The rank: pending, requires_action 0 < succeeded 1 < failed, canceled 2.
    SET status            = CASE WHEN (CASE EXCLUDED.status WHEN 'succeeded' THEN 1 WHEN 'failed' THEN 2 WHEN 'canceled' THEN 2 ELSE 0 END, EXCLUDED.status)
                                    > (CASE r.status WHEN 'succeeded' THEN 1 WHEN 'failed' THEN 2 WHEN 'canceled' THEN 2 ELSE 0 END, r.status)
@@ -222,18 +237,138 @@ ON CONFLICT (id) DO UPDATE
        invoice_id        = coalesce(r.invoice_id, EXCLUDED.invoice_id),
        currency          = coalesce(r.currency, EXCLUDED.currency),
        updated_at        = now()
-RETURNING r.id, r.amount, r.currency, r.status, r.succeeded, r.booked_under
+RETURNING r.id, r.amount, r.currency, r.status, r.succeeded, r.booked_under, r.account
 )` + withEvent(refundEntries, "$7")
 
-// invoiceStatus: $1 id. Locks the row so the decision that follows (book or
+// invoiceStatus: $1 id, $2 account. Locks the row so the decision that follows (book or
 // raise an anomaly) cannot race a concurrent transition.
-const invoiceStatus = `SELECT status FROM invoices WHERE id = $1 FOR UPDATE`
+const invoiceStatus = `SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $2::text FOR UPDATE`
 
-// raiseAnomaly: $1 kind, $2 subject_id, $3 endpoint, $4 event_id, $5 detail.
+// raiseAnomaly: $1 kind, $2 subject_id, $3 endpoint, $4 event_id, $5 detail,
+// $6 account.
 const raiseAnomaly = `
-INSERT INTO anomalies (kind, subject_id, endpoint, event_id, detail)
-VALUES ($1, $2, $3, $4, $5::jsonb)
-ON CONFLICT (kind, subject_id) DO NOTHING`
+INSERT INTO anomalies (kind, subject_id, endpoint, event_id, detail, account)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6::text)
+ON CONFLICT (kind, subject_id, account) DO NOTHING`
 
 // countUnresolvedAnomalies: no parameters.
 const countUnresolvedAnomalies = `SELECT count(*) FROM anomalies WHERE resolved_at IS NULL`
+
+// voidInvoice: the parameters of upsertInvoice with target 'void'. Returns
+// the invoice's status after this statement when it changed the row (NULL
+// otherwise) and the status as its snapshot saw it, as payInvoice does: a
+// void that finds the invoice paid raises an anomaly (invoiceVoided).
+var voidInvoice = `
+WITH voided AS (` + upsertInvoice + `
+RETURNING i.status
+)
+SELECT (SELECT status FROM voided), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11)`
+
+// disputeEntries is the tail of a statement that books what dispute rows
+// call for: from a CTE named dispute_rows with the rows' id, account,
+// charge_id, payment_intent_id, booked_under, withdrawn_amount,
+// withdrawn_currency, reinstated_amount and reinstated_currency, and $EVENT
+// (the event id parameter, see withEvent). As refundEntries: each movement
+// is inserted once under the row's booked_under, and an entry booked under
+// another key is moved there (an UPDATE of invoice_id only, never of an
+// amount). Each entry this event inserts (event_id = $EVENT: a moved entry
+// keeps the event that booked it) queues one outbox row.
+//
+//	'dispute_funds_withdrawn:<id>'   withdrawn_amount  (< 0) once withdrawn
+//	'dispute_funds_reinstated:<id>'  reinstated_amount (> 0) once reinstated
+const disputeEntries = `
+, withdrawn AS (
+INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id, account)
+SELECT d.booked_under, 'dispute_funds_withdrawn:' || d.id, d.withdrawn_amount, d.withdrawn_currency, $EVENT::text, d.account
+  FROM dispute_rows AS d WHERE d.withdrawn_amount IS NOT NULL
+ON CONFLICT (kind, account) WHERE kind LIKE 'dispute\_%'
+DO UPDATE SET invoice_id = EXCLUDED.invoice_id
+ WHERE e.invoice_id <> EXCLUDED.invoice_id
+RETURNING e.invoice_id, e.kind, e.amount, e.currency, e.event_id
+), reinstated AS (
+INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id, account)
+SELECT d.booked_under, 'dispute_funds_reinstated:' || d.id, d.reinstated_amount, d.reinstated_currency, $EVENT::text, d.account
+  FROM dispute_rows AS d WHERE d.reinstated_amount IS NOT NULL
+ON CONFLICT (kind, account) WHERE kind LIKE 'dispute\_%'
+DO UPDATE SET invoice_id = EXCLUDED.invoice_id
+ WHERE e.invoice_id <> EXCLUDED.invoice_id
+RETURNING e.invoice_id, e.kind, e.amount, e.currency, e.event_id
+), booked AS (
+SELECT * FROM withdrawn WHERE event_id = $EVENT::text
+UNION ALL
+SELECT * FROM reinstated WHERE event_id = $EVENT::text
+)
+` + outbox.InsertRowsSQL + `
+SELECT 'Dispute', d.id,
+       CASE WHEN b.kind LIKE 'dispute\_funds\_withdrawn:%' THEN 'DisputeFundsWithdrawn' ELSE 'DisputeFundsReinstated' END,
+       jsonb_build_object('dispute_id', d.id, 'account', d.account, 'charge_id', d.charge_id, 'payment_intent_id', d.payment_intent_id,
+                          'booked_under', b.invoice_id, 'kind', b.kind, 'amount', b.amount, 'currency', b.currency, 'event_id', b.event_id)
+  FROM booked AS b, dispute_rows AS d
+ ORDER BY b.kind`
+
+// applyDispute: $1 dispute id, $2 charge id, $3 payment intent id (NULL
+// when unknown), $4 the dispute's amount, $5 currency, $6 status, $7 event
+// id, $8 the payment ids among $2 and $3 (sorted), $9 account, $10 and $11
+// the withdrawn amount (< 0) and its currency, $12 and $13 the reinstated
+// amount (> 0) and its currency (NULL when this event does not show the
+// movement).
+//
+// As applyRefund, in one statement: takes the payment link rows first,
+// merges this observation into the dispute's row and books the entries the
+// row calls for under its booked_under (disputeEntries). The merge does not
+// depend on order: the highest-ranked status (ties by name); the charge,
+// PaymentIntent and invoice once known are kept; each movement's amount is
+// the first one an event showed, never changed after.
+var applyDispute = `
+WITH linked AS (
+INSERT INTO payment_links AS l (payment_id, has_refunds, account)
+SELECT p, true, $9::text FROM unnest($8::text[]) AS p ORDER BY p
+ON CONFLICT (payment_id, account) DO UPDATE SET has_refunds = true
+RETURNING l.invoice_id
+), dispute_rows AS (
+INSERT INTO disputes AS d (id, account, charge_id, payment_intent_id, invoice_id, amount, currency, status,
+                           withdrawn_amount, withdrawn_currency, reinstated_amount, reinstated_currency)
+SELECT $1::text, $9::text, $2::text, $3::text, (SELECT min(invoice_id) FROM linked), $4::bigint, $5::text, $6::text,
+       $10::bigint, $11::text, $12::bigint, $13::text
+ON CONFLICT (id, account) DO UPDATE
+   SET status              = CASE WHEN (` + disputeRank("EXCLUDED.status") + `, EXCLUDED.status) > (` + disputeRank("d.status") + `, d.status)
+                                  THEN EXCLUDED.status ELSE d.status END,
+       charge_id           = coalesce(d.charge_id, EXCLUDED.charge_id),
+       payment_intent_id   = coalesce(d.payment_intent_id, EXCLUDED.payment_intent_id),
+       invoice_id          = coalesce(d.invoice_id, EXCLUDED.invoice_id),
+       currency            = coalesce(d.currency, EXCLUDED.currency),
+       withdrawn_amount    = coalesce(d.withdrawn_amount, EXCLUDED.withdrawn_amount),
+       withdrawn_currency  = CASE WHEN d.withdrawn_amount IS NULL THEN EXCLUDED.withdrawn_currency ELSE d.withdrawn_currency END,
+       reinstated_amount   = coalesce(d.reinstated_amount, EXCLUDED.reinstated_amount),
+       reinstated_currency = CASE WHEN d.reinstated_amount IS NULL THEN EXCLUDED.reinstated_currency ELSE d.reinstated_currency END,
+       updated_at          = now()
+RETURNING d.id, d.account, d.charge_id, d.payment_intent_id, d.booked_under,
+          d.withdrawn_amount, d.withdrawn_currency, d.reinstated_amount, d.reinstated_currency
+)` + withEvent(disputeEntries, "$7")
+
+// disputeRank is the rank of a dispute status: the warning_ (inquiry) and
+// the chargeback statuses each go needs_response < under_review < closed
+// (won, lost, prevented, warning_closed), and never back.
+func disputeRank(status string) string {
+	return `(CASE ` + status + ` WHEN 'needs_response' THEN 0 WHEN 'warning_needs_response' THEN 0
+        WHEN 'under_review' THEN 1 WHEN 'warning_under_review' THEN 1 ELSE 2 END)`
+}
+
+// attributeDisputes: $1 invoice id, $2 payment ids (sorted), $3 event id,
+// $4 account. attributeRefunds for disputes: records the invoice on the
+// payments' disputes that had none and moves their entries there.
+var attributeDisputes = `
+WITH locked AS (
+SELECT id FROM disputes
+ WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
+   AND account IS NOT DISTINCT FROM $4::text
+ ORDER BY id
+   FOR UPDATE
+), dispute_rows AS (
+UPDATE disputes AS x
+   SET invoice_id = $1::text, updated_at = now()
+  FROM locked
+ WHERE x.id = locked.id AND x.account IS NOT DISTINCT FROM $4::text AND x.invoice_id IS NULL
+RETURNING x.id, x.account, x.charge_id, x.payment_intent_id, x.booked_under,
+          x.withdrawn_amount, x.withdrawn_currency, x.reinstated_amount, x.reinstated_currency
+)` + withEvent(disputeEntries, "$3")

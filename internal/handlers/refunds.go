@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -147,7 +148,7 @@ func refundChanged(ctx context.Context, tx DB, ev Event, r refund, _ Meta) (Resu
 func applyRefundTo(ctx context.Context, tx DB, ev Event, r refund) error {
 	ch, pi := r.Charge.V, r.PaymentIntent.V
 	if _, err := tx.Exec(ctx, applyRefund, r.ID.V, nullIfEmpty(ch), nullIfEmpty(pi), r.Amount.V, nullIfEmpty(r.Currency.V), r.Status.V, ev.ID,
-		paymentIDs(ch, pi)); err != nil {
+		paymentIDs(ch, pi), account(ev)); err != nil {
 		return fmt.Errorf("applying refund %s (%s): %w", r.ID.V, r.Status.V, err)
 	}
 	return nil
@@ -157,7 +158,23 @@ func applyRefundTo(ctx context.Context, tx DB, ev Event, r refund) error {
 // PaymentIntent paid the invoice. The payment itself is booked by
 // invoice.paid. A payment of type payment_record (2025-10-29.clover and
 // later) is money paid outside Stripe: it links nothing and books nothing
-// (no Stripe charge can be refunded or disputed).
+// (no Stripe charge can be refunded or disputed). When it holds money, it
+// raises the anomaly out_of_band_payment for a human: from basil on,
+// invoice.paid's amount_paid counts it, and unless that event's payload
+// split it out (amount_paid_off_stripe, or the payments list; see
+// invoice.split), the invoice's 'payment' entry holds it too. Raised
+// whichever event is processed first, once per invoice.
 func invoicePaymentPaid(ctx context.Context, tx DB, ev Event, p invoicePayment, _ Meta) (Result, error) {
-	return Result{Outcome: Applied}, link(ctx, tx, ev, p.Invoice.V, paymentIDs(p.Payment.stripePayments()...))
+	if err := link(ctx, tx, ev, p.Invoice.V, paymentIDs(p.Payment.stripePayments()...)); err != nil {
+		return Result{}, err
+	}
+	amount := p.outsideStripe()
+	if amount == 0 {
+		return Result{Outcome: Applied}, nil
+	}
+	detail, _ := json.Marshal(map[string]any{"payment_record": p.Payment.PaymentRecord.V, "amount_paid": amount, "currency": p.Currency.V})
+	if _, err := tx.Exec(ctx, raiseAnomaly, "out_of_band_payment", p.Invoice.V, ev.Endpoint, ev.ID, string(detail), account(ev)); err != nil {
+		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", p.Invoice.V, err)
+	}
+	return Result{Outcome: Applied, Anomaly: true}, nil
 }

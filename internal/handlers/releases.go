@@ -31,7 +31,15 @@ import (
 //   - charges: charge.invoice up to acacia (absent from basil on), the
 //     refunds list only when expanded since 2022-11-15 (the refund.* events
 //     carry each refund);
-//   - refunds: the same fields in every version.
+//   - refunds: the same fields in every version;
+//   - disputes: the same fields in every version (id, amount, currency,
+//     charge, payment_intent, status, balance_transactions); the status
+//     prevented since 2025-08-27.basil;
+//   - payments outside Stripe: invoice.paid_out_of_band up to acacia
+//     (removed in basil, whose amount_paid counts them), the payment_record
+//     invoice payments from 2025-10-29.clover on, and
+//     invoice.amount_paid_off_stripe from 2026-05-27.dahlia on when the
+//     payload includes it.
 //
 // An event of any version whose fields satisfy the contract is booked. An
 // event of a release not in Releases is booked too when its shape holds
@@ -65,7 +73,8 @@ type Release struct {
 // were read in their summaries).
 var Releases = []Release{
 	{Name: "acacia", First: "2024-09-30", Read: []string{
-		"stripe-go 80.0.0 (2024-09-30.acacia): breaking changes in BillingAlert (usage_threshold, filter) and TerminalReader only; nothing on Invoice, Charge or Refund",
+		"stripe-go 80.0.0 (2024-09-30.acacia): breaking changes in BillingAlert (usage_threshold, filter) and TerminalReader only; nothing on Invoice, Charge, Refund or Dispute",
+		"stripe-go 72.83.0 (2022-01-13): adds Invoice.PaidOutOfBand, read up to acacia; stripe-go 75.0.0 removed the Dispute status charge_refunded, which no version the handlers know sends",
 		"stripe-go 81.0.0 to 81.4.0 (2024-10-28 to 2025-02-24.acacia): no change to the fields read (81.0.0 makes Refund.next_action.display_details non-nullable, which is not read)",
 		"https://docs.stripe.com/changelog/acacia (cited by stripe-go 80.0.0): not reached through the search tool; the stripe-go entries were relied on",
 	}},
@@ -73,19 +82,20 @@ var Releases = []Release{
 		"https://docs.stripe.com/changelog/basil/2025-03-31/add-support-for-multiple-partial-payments-on-invoices: removes payment_intent, charge, paid and paid_out_of_band from Invoice and invoice from Charge and PaymentIntent; amount_paid now reflects out-of-band payments",
 		"stripe-go 82.0.0 (2025-03-31.basil): removes Charge, PaymentIntent, Paid, PaidOutOfBand on Invoice and Invoice on Charge; adds InvoicePayment, Invoice.Payments, Invoice.AmountOverpaid",
 		"https://docs.stripe.com/changelog/basil/2025-05-28/partial-payments: several payments per invoice; adds the invoice_payment.paid event",
-		"stripe-go 82.1.0 to 82.5.1 (to 2025-08-27.basil): no change to the fields read",
+		"stripe-go 82.1.0 to 82.5.1 (to 2025-08-27.basil): no change to the fields read, but 82.5.1 adds the Dispute status prevented (\"supported in the 2025-08-27.basil of the API\")",
+		"stripe-go v82.5.1 dispute.go: Dispute.Amount, BalanceTransactions (\"zero, one, or two balance transactions that show funds withdrawn and reinstated\"), Charge, Currency, PaymentIntent, Status; stripe-mock v0.203.0's dispute fixture (2026-08-26.dahlia) has the same fields",
 	}},
 	{Name: "clover", First: "2025-09-30", Read: []string{
-		"stripe-go 83.0.0 (2025-09-30.clover): breaking changes in AccountSession components, Discount.Coupon, payout schedules, subscription schedule iterations and PaymentMethod params; nothing on Invoice, InvoicePayment, Charge or Refund",
+		"stripe-go 83.0.0 (2025-09-30.clover): breaking changes in AccountSession components, Discount.Coupon, payout schedules, subscription schedule iterations and PaymentMethod params; nothing on Invoice, InvoicePayment, Charge, Refund or Dispute (adds the value prevented on Dispute.Status)",
 		"https://docs.stripe.com/changelog/clover: 2025-09-30.clover introduces the breaking changes, later clover versions only additive ones",
 		"stripe-go 83.1.0 and 83.1.1 (2025-10-29.clover): adds PaymentRecord and InvoicePaymentPayment.PaymentRecord, and the value payment_record of InvoicePaymentPayment.Type",
 		"https://docs.stripe.com/changelog/clover/2025-10-29/invoicing-payment-records and .../payment-records: payments processed outside Stripe attached to invoices as Payment Records",
 		"stripe-go 84.0.0 to 84.4.1 (to 2026-02-25.clover): no change to the fields read (adds Invoice.CustomerAccount in 2025-12-15.clover)",
 	}},
 	{Name: "dahlia", First: "2026-03-25", Read: []string{
-		"stripe-go 85.0.0 (2026-03-25.dahlia): API breaking changes in Issuing risk assessments, RadarPaymentEvaluation and V2 event destinations; nothing on Invoice, InvoicePayment, Charge or Refund",
+		"stripe-go 85.0.0 (2026-03-25.dahlia): API breaking changes in Issuing risk assessments, RadarPaymentEvaluation and V2 event destinations; nothing on Invoice, InvoicePayment, Charge, Refund or Dispute",
 		"https://docs.stripe.com/changelog/dahlia: 2026-03-25.dahlia introduces the breaking changes, later dahlia versions only additive ones",
-		"stripe-go 85.2.0 (2026-05-27.dahlia): adds Invoice.AmountPaidOffStripe (https://docs.stripe.com/changelog/dahlia/2026-05-27/invoice-object-amount-paid-off-stripe-property)",
+		"stripe-go 85.2.0 (2026-05-27.dahlia): adds Invoice.AmountPaidOffStripe (https://docs.stripe.com/changelog/dahlia/2026-05-27/invoice-object-amount-paid-off-stripe-property: the amount paid outside Stripe; \"isn't available in event payloads\" unless included), read when present",
 		"stripe-go 86.1.0, 86.2.0 (2026-06-24, 2026-07-29.dahlia): adds Refund.Customer, CustomerAccount and PaymentMethod; nothing changed on the fields read",
 		"https://docs.stripe.com/changelog (2026-08-26.dahlia, the version of stripe-mock v0.203.0's fixtures): additions only",
 	}},

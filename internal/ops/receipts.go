@@ -93,7 +93,7 @@ func (o *Ops) show(ctx context.Context, r Request, c Caller) (*Shown, error) {
 		if len(rs) == 0 {
 			return nil, notFound(r.EventID, r.Filter.Endpoint)
 		}
-		eff, err := handlers.EffectsOf(ctx, db, r.EventID, rs[0].ObjectID)
+		eff, err := handlers.EffectsOf(ctx, db, r.EventID, rs[0].ObjectID, rs[0].Account)
 		if err != nil {
 			return nil, err
 		}

@@ -33,9 +33,9 @@ func render(w io.Writer, resp ops.Response, now time.Time) {
 			fmt.Fprintln(tw, "no open anomalies")
 			return
 		}
-		fmt.Fprintln(tw, "ID\tKIND\tSUBJECT\tENDPOINT\tEVENT\tCREATED\tRESOLVED\tRESOLUTION")
+		fmt.Fprintln(tw, "ID\tKIND\tSUBJECT\tACCOUNT\tENDPOINT\tEVENT\tCREATED\tRESOLVED\tRESOLUTION")
 		for _, a := range resp.Anomalies.Anomalies {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Kind, a.SubjectID, a.Endpoint, a.EventID, ts(&a.CreatedAt), ts(a.ResolvedAt), a.Resolution)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Kind, a.SubjectID, accountOf(a.Account), a.Endpoint, a.EventID, ts(&a.CreatedAt), ts(a.ResolvedAt), a.Resolution)
 		}
 	case resp.Resolved != nil:
 		a := resp.Resolved.Anomaly
@@ -154,17 +154,26 @@ func renderShow(tw *tabwriter.Writer, s *ops.Shown) {
 		fmt.Fprintln(tw, "  none")
 	}
 	for _, i := range e.Invoices {
-		fmt.Fprintf(tw, "  invoice %s\t%s, due %d, paid %d %s, customer %s\n", i.ID, i.Status, i.AmountDue, i.AmountPaid, i.Currency, i.CustomerID)
+		fmt.Fprintf(tw, "  invoice %s\t%s, due %d, paid %d %s, customer %s, account %s\n", i.ID, i.Status, i.AmountDue, i.AmountPaid, i.Currency, i.CustomerID, accountOf(i.Account))
 	}
 	for _, l := range e.Ledger {
-		fmt.Fprintf(tw, "  ledger %d\t%s %d %s under %s\n", l.ID, l.Kind, l.Amount, l.Currency, l.InvoiceID)
+		fmt.Fprintf(tw, "  ledger %d\t%s %d %s under %s, account %s\n", l.ID, l.Kind, l.Amount, l.Currency, l.InvoiceID, accountOf(l.Account))
 	}
 	for _, o := range e.Outbox {
 		fmt.Fprintf(tw, "  outbox %d\t%s %s %s, published %s\n", o.ID, o.EventType, o.AggregateType, o.AggregateID, ts(o.PublishedAt))
 	}
 	for _, a := range e.Anomalies {
-		fmt.Fprintf(tw, "  anomaly %d\t%s of %s, resolved %s %s\n", a.ID, a.Kind, a.SubjectID, ts(a.ResolvedAt), a.Resolution)
+		fmt.Fprintf(tw, "  anomaly %d\t%s of %s, account %s, resolved %s %s\n", a.ID, a.Kind, a.SubjectID, accountOf(a.Account), ts(a.ResolvedAt), a.Resolution)
 	}
+}
+
+// accountOf names the account a business row belongs to: the connected
+// account's id, or "platform" for the platform's own ("").
+func accountOf(account string) string {
+	if account == "" {
+		return "platform"
+	}
+	return account
 }
 
 func renderRetry(tw *tabwriter.Writer, r *ops.RetryResult) {

@@ -7,7 +7,8 @@ import (
 )
 
 // The objects stripe-mock serves (scripts/lib/stripemock.sh pins it):
-// copies of the invoice, invoice_payment, charge and refund of its
+// copies of the invoice, invoice_payment, charge, refund, dispute and
+// balance_transaction of its
 // fixtures3.json, which Stripe generates from its API (TestFixturesAreStripeMocks
 // checks the copy against the pinned module). Tests build their objects on
 // these shapes, with every field Stripe sends, not only the ones a handler

@@ -50,7 +50,7 @@ func TestFixturesAreStripeMocks(t *testing.T) {
 	require.Equal(t, spec.Info.Version, stripetest.FixtureAPIVersion())
 	require.True(t, strings.HasSuffix(stripetest.FixtureAPIVersion(), ".dahlia"), stripetest.FixtureAPIVersion())
 
-	for _, object := range []string{"invoice", "invoice_payment", "charge", "refund"} {
+	for _, object := range []string{"invoice", "invoice_payment", "charge", "refund", "dispute", "balance_transaction"} {
 		require.Equal(t, upstream.Resources[object], any(stripetest.Fixture(object)), object)
 	}
 	// A copy: changing one does not change the next.

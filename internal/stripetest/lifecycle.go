@@ -17,7 +17,10 @@ import (
 // (invoice_payment.paid); refunds that go pending -> succeeded, succeeded ->
 // failed, requires_action -> canceled or pending -> failed, each status in
 // refund.created, refund.updated, refund.failed or charge.refund.updated, and
-// charge.refunded listing the refunds as they stand. Now and then a fact is
+// charge.refunded listing the refunds as they stand; disputes lost and won
+// (created, funds withdrawn, updated, funds reinstated, closed), with or
+// without their balance transactions; and invoices paid outside Stripe
+// (paid_out_of_band, as versions before 2025-03-31.basil say it). Now and then a fact is
 // sent as a second Event object (TwinRate), and with OtherMode some events of
 // the other Stripe mode come along (a live Connect endpoint also receives
 // connected accounts' test-mode events), which must change nothing.
@@ -26,7 +29,10 @@ import (
 // are applied in, nor on how often each arrives: statuses only move forward
 // and no story reaches two final states; amount_due follows the newest
 // snapshot; a refund is booked once it has succeeded and reversed once if
-// it then failed or was canceled, under its invoice. Expect is that state.
+// it then failed or was canceled, under its invoice; a dispute's funds are
+// booked withdrawn once, and reinstated once if it was won, under its
+// invoice; an invoice paid outside Stripe books paid_out_of_band and no
+// payment. Expect is that state.
 
 // Options shape a Generator.
 type Options struct {
@@ -81,7 +87,7 @@ type InvoiceState struct {
 // LedgerKey is the unique key of a ledger entry: (invoice_id, kind).
 type LedgerKey struct {
 	Invoice string
-	Kind    string // payment, refund:<re_id> or refund_reversal:<re_id>
+	Kind    string // payment, paid_out_of_band, refund:<re_id>, refund_reversal:<re_id>, dispute_funds_withdrawn:<dp_id> or dispute_funds_reinstated:<dp_id>
 }
 
 // Expected is the state the generated lifecycles must end in.
@@ -100,6 +106,15 @@ type Expected struct {
 	// status; no other refund (say one only the other mode showed) is
 	// recorded.
 	Refunds map[string]string
+	// Disputes maps every dispute the booked events show to its final
+	// status; no other is recorded.
+	Disputes map[string]string
+	// Notifications are the outbox rows, as sorted lines
+	// "<aggregate_id> <event_type>": one InvoicePaymentBooked per invoice
+	// paid through Stripe, one InvoicePaidOutOfBand per invoice paid outside
+	// it, one DisputeFundsWithdrawn and (when won) one
+	// DisputeFundsReinstated per dispute; nothing else.
+	Notifications []string
 	// OtherMode lists the ids of the other mode's events: each receipt is
 	// marked ignored_other_mode.
 	OtherMode []string
@@ -147,6 +162,7 @@ func NewGenerator(rng *rand.Rand, o Options) *Generator {
 		Ledger:   map[LedgerKey]int64{},
 		Payments: map[string]int64{},
 		Refunds:  map[string]string{},
+		Disputes: map[string]string{},
 	}}
 }
 
@@ -176,6 +192,7 @@ func (g *Generator) Shuffled(n int) []Generated {
 func (g *Generator) Expect() Expected {
 	e := g.expect
 	e.OtherMode = slices.Clone(e.OtherMode)
+	e.Notifications = slices.Sorted(slices.Values(e.Notifications))
 	return e
 }
 
@@ -212,10 +229,25 @@ func (g *Generator) Next() Lifecycle {
 	l.lc = Lifecycle{Invoice: l.inv, Story: s.name}
 	l.status = s.tell(l)
 	state := InvoiceState{Status: l.status, AmountDue: l.amountDue}
-	if l.status == "paid" {
+	switch {
+	case l.status == "paid" && l.outOfBand:
+		state.AmountPaid = l.amount
+		g.expect.Ledger[LedgerKey{l.inv, "paid_out_of_band"}] = l.amount
+		g.expect.Notifications = append(g.expect.Notifications, l.inv+" InvoicePaidOutOfBand")
+	case l.status == "paid":
 		state.AmountPaid = l.amount
 		g.expect.Payments[l.inv] = l.amount
 		g.expect.Ledger[LedgerKey{l.inv, "payment"}] = l.amount
+		g.expect.Notifications = append(g.expect.Notifications, l.inv+" InvoicePaymentBooked")
+	}
+	for _, d := range l.disputes {
+		g.expect.Disputes[d.id] = d.status
+		g.expect.Ledger[LedgerKey{l.inv, "dispute_funds_withdrawn:" + d.id}] = -d.amount
+		g.expect.Notifications = append(g.expect.Notifications, d.id+" DisputeFundsWithdrawn")
+		if d.status == "won" {
+			g.expect.Ledger[LedgerKey{l.inv, "dispute_funds_reinstated:" + d.id}] = d.amount
+			g.expect.Notifications = append(g.expect.Notifications, d.id+" DisputeFundsReinstated")
+		}
 	}
 	g.expect.Invoices[l.inv] = state
 	for _, f := range l.refunds {
@@ -248,6 +280,8 @@ type teller struct {
 	amountDue           int64 // of the newest snapshot
 	status              string
 	refunds             []*refundFact
+	disputes            []*disputeFact
+	outOfBand           bool // paid outside Stripe
 	events, otherEvents int
 	lc                  Lifecycle
 }
@@ -283,10 +317,19 @@ func (l *teller) other(typ string, created int64, object map[string]any) {
 }
 
 func (g *Generator) event(id, typ string, created int64, live bool, object map[string]any) []Generated {
-	evs := []Generated{{ID: id, Type: typ, Livemode: live, Payload: EventWith(id, typ, Meta{Created: created, Livemode: live}, object)}}
+	return g.eventIn(id, typ, Meta{Created: created, Livemode: live}, object)
+}
+
+// eventVersion is an event of the booked mode in API version v.
+func (g *Generator) eventVersion(id, typ string, created int64, v string, object map[string]any) []Generated {
+	return g.eventIn(id, typ, Meta{Created: created, Livemode: g.opts.Livemode, APIVersion: v}, object)
+}
+
+func (g *Generator) eventIn(id, typ string, m Meta, object map[string]any) []Generated {
+	evs := []Generated{{ID: id, Type: typ, Livemode: m.Livemode, Payload: EventWith(id, typ, m, object)}}
 	if g.rng.Float64() < g.opts.TwinRate {
 		twin := id + "_twin"
-		evs = append(evs, Generated{ID: twin, Type: typ, Livemode: live, Payload: EventWith(twin, typ, Meta{Created: created, Livemode: live}, object)})
+		evs = append(evs, Generated{ID: twin, Type: typ, Livemode: m.Livemode, Payload: EventWith(twin, typ, m, object)})
 		g.expect.Twins++
 	}
 	g.expect.Events += len(evs)
@@ -356,6 +399,51 @@ func (l *teller) listing(linked bool, refunds ...any) {
 		inv = l.inv
 	}
 	l.emit("charge.refunded", Created, ChargeWithRefundList(l.ch, inv, list...))
+}
+
+// disputeFact is one dispute: its amount (withdrawn, and reinstated if
+// won) and final status.
+type disputeFact struct {
+	id     string
+	amount int64
+	status string
+}
+
+// dispute tells a dispute of the invoice's charge, lost or won, in
+// Stripe's order: created, funds withdrawn, updated (under review), funds
+// reinstated when won, closed. The invoice payment links the charge to the
+// invoice (invoice_payment.paid, basil). Half the time the events carry
+// the balance transactions (in the charge's currency, so the amounts are
+// the dispute's); the fee in them is not booked.
+func (l *teller) dispute(won bool) {
+	l.emit("invoice_payment.paid", Created, map[string]any{
+		"id": l.g.name("inpay", l.num), "object": "invoice_payment", "invoice": l.inv, "status": "paid",
+		"payment": map[string]any{"type": "charge", "charge": l.ch},
+	})
+	d := &disputeFact{id: l.g.name("dp", l.num), amount: l.amount / 2, status: "lost"}
+	if won {
+		d.status = "won"
+	}
+	l.disputes = append(l.disputes, d)
+	var withdrawn, reinstated []map[string]any
+	if l.g.rng.IntN(2) == 0 {
+		withdrawn = []map[string]any{DisputeBalanceTransaction(l.g.name("txn", l.num+"_w"), -d.amount, 1500, "usd")}
+		reinstated = append(slices.Clone(withdrawn), DisputeBalanceTransaction(l.g.name("txn", l.num+"_r"), d.amount, 0, "usd"))
+	}
+	obj := func(status string, bts []map[string]any) map[string]any {
+		return Dispute(d.id, l.ch, "", status, d.amount, bts...)
+	}
+	l.emit("charge.dispute.created", Created, obj("needs_response", nil))
+	l.emit("charge.dispute.funds_withdrawn", Created, obj("needs_response", withdrawn))
+	l.emit("charge.dispute.updated", Created, obj("under_review", withdrawn))
+	if won {
+		l.emit("charge.dispute.funds_reinstated", Created, obj("won", reinstated))
+		l.emit("charge.dispute.closed", Created, obj("won", reinstated))
+	} else {
+		l.emit("charge.dispute.closed", Created, obj("lost", withdrawn))
+	}
+	// The other mode's dispute of the same charge: never recorded.
+	l.other("charge.dispute.funds_withdrawn", Created, Dispute(l.g.name("dp", l.num+"_other"), l.ch, "", "needs_response", d.amount))
 }
 
 type story struct {
@@ -441,5 +529,31 @@ var stories = []story{
 		l.refundEvent("refund.failed", reF, "failed", true)
 		l.refundEvent("refund.updated", reF, "failed", false)
 		return st
+	}},
+	// Paid, then disputed: lost (the funds stay withdrawn) or won (they
+	// are reinstated).
+	{"dispute_lost", 4, func(l *teller) string {
+		st := l.lifecycle("draft", "open", "paid")
+		l.dispute(false)
+		return st
+	}},
+	{"dispute_won", 4, func(l *teller) string {
+		st := l.lifecycle("draft", "open", "paid")
+		l.dispute(true)
+		return st
+	}},
+	// Paid outside Stripe, as versions before 2025-03-31.basil say it
+	// (paid_out_of_band: true): paid, and nothing booked as a payment.
+	{"paid_out_of_band", 4, func(l *teller) string {
+		l.lifecycle("draft", "open")
+		l.outOfBand = true
+		l.step++
+		o := Invoice(l.inv, l.cus, "paid", l.amount)
+		l.amountDue = l.amount + 10*l.step
+		o["amount_due"], o["paid_out_of_band"], o["charge"], o["paid"] = l.amountDue, true, nil, true
+		id := fmt.Sprintf("%s_%02d", l.g.name("evt", l.num), l.events)
+		l.events++
+		l.lc.Events = append(l.lc.Events, l.g.eventVersion(id, "invoice.paid", Created+l.step, "2024-06-20", o)...)
+		return "paid"
 	}},
 }

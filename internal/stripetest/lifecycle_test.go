@@ -12,7 +12,8 @@ import (
 )
 
 // model is the documented behaviour of internal/handlers (the transitions in
-// queries.go, the refund rules in refunds.go), written out here so that the
+// queries.go, the refund rules in refunds.go, the dispute rules in
+// disputes.go, the out-of-band rule in invoices.go), written out here so that the
 // generator's Expect is checked against the rules, not against the
 // database: the stories must end in Expect in any order of their events,
 // however often each arrives.
@@ -21,9 +22,19 @@ type model struct {
 	invoices map[string]*modelInvoice
 	links    map[string]string // charge or PaymentIntent -> invoice
 	refunds  map[string]*modelRefund
+	disputes map[string]*modelDispute
 	ledger   map[stripetest.LedgerKey]int64
 	payments map[string]int64
+	oob      map[string]bool // invoices paid outside Stripe
 	anomaly  int
+}
+
+// modelDispute: the highest-ranked status; a movement's amount is the
+// first one shown.
+type modelDispute struct {
+	charge                string
+	status                string
+	withdrawn, reinstated *int64
 }
 
 type modelInvoice struct {
@@ -59,7 +70,8 @@ var (
 
 func newModel(livemode bool) *model {
 	return &model{livemode: livemode, invoices: map[string]*modelInvoice{}, links: map[string]string{},
-		refunds: map[string]*modelRefund{}, ledger: map[stripetest.LedgerKey]int64{}, payments: map[string]int64{}}
+		refunds: map[string]*modelRefund{}, disputes: map[string]*modelDispute{}, ledger: map[stripetest.LedgerKey]int64{},
+		payments: map[string]int64{}, oob: map[string]bool{}}
 }
 
 type object struct {
@@ -71,9 +83,14 @@ type object struct {
 	Charge        string `json:"charge"`
 	PaymentIntent string `json:"payment_intent"`
 	Invoice       string `json:"invoice"`
+	PaidOutOfBand bool   `json:"paid_out_of_band"`
 	Payment       struct {
+		Charge        string `json:"charge"`
 		PaymentIntent string `json:"payment_intent"`
 	} `json:"payment"`
+	BalanceTransactions []struct {
+		Amount int64 `json:"amount"`
+	} `json:"balance_transactions"`
 	Refunds *struct {
 		Data []object `json:"data"`
 	} `json:"refunds"`
@@ -115,7 +132,14 @@ func (m *model) apply(t *testing.T, env envelope) {
 			m.refund(r)
 		}
 	case "invoice_payment.paid":
-		m.links[o.Payment.PaymentIntent] = o.Invoice
+		for _, p := range []string{o.Payment.PaymentIntent, o.Payment.Charge} {
+			if p != "" {
+				m.links[p] = o.Invoice
+			}
+		}
+	case "charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
+		"charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated":
+		m.dispute(env.Type, o)
 	default:
 		to := target[env.Type]
 		require.NotEmpty(t, to, env.Type)
@@ -154,9 +178,51 @@ func newer(a [2]int64, aID string, b [2]int64, bID string) bool {
 }
 
 func (m *model) pay(o object) {
+	if o.PaidOutOfBand {
+		m.oob[o.ID] = true
+		m.ledger[stripetest.LedgerKey{Invoice: o.ID, Kind: "paid_out_of_band"}] = o.AmountPaid
+		return
+	}
 	if _, ok := m.payments[o.ID]; !ok {
 		m.payments[o.ID] = o.AmountPaid
 		m.ledger[stripetest.LedgerKey{Invoice: o.ID, Kind: "payment"}] = o.AmountPaid
+	}
+}
+
+var disputeRank = map[string]int{"needs_response": 0, "warning_needs_response": 0, "under_review": 1, "warning_under_review": 1}
+
+// dispute: a withdrawal is shown by funds_withdrawn and funds_reinstated,
+// a reinstatement by funds_reinstated; each amount from the balance
+// transaction of its sign, else the dispute's amount.
+func (m *model) dispute(typ string, o object) {
+	d := m.disputes[o.ID]
+	if d == nil {
+		d = &modelDispute{charge: o.Charge, status: o.Status}
+		m.disputes[o.ID] = d
+	}
+	rank := func(s string) int {
+		if r, ok := disputeRank[s]; ok {
+			return r
+		}
+		return 2
+	}
+	if rank(o.Status) > rank(d.status) || (rank(o.Status) == rank(d.status) && o.Status > d.status) {
+		d.status = o.Status
+	}
+	movement := func(sign int64) *int64 {
+		for _, bt := range o.BalanceTransactions {
+			if bt.Amount*sign > 0 {
+				return &bt.Amount
+			}
+		}
+		a := sign * o.Amount
+		return &a
+	}
+	if (typ == "charge.dispute.funds_withdrawn" || typ == "charge.dispute.funds_reinstated") && d.withdrawn == nil {
+		d.withdrawn = movement(-1)
+	}
+	if typ == "charge.dispute.funds_reinstated" && d.reinstated == nil {
+		d.reinstated = movement(+1)
 	}
 }
 
@@ -183,7 +249,28 @@ func (m *model) refund(o object) {
 func (m *model) end(t *testing.T) stripetest.Expected {
 	e := stripetest.Expected{
 		Invoices: map[string]stripetest.InvoiceState{}, Ledger: m.ledger, Payments: m.payments, Refunds: map[string]string{},
+		Disputes: map[string]string{},
 	}
+	for inv := range m.payments {
+		e.Notifications = append(e.Notifications, inv+" InvoicePaymentBooked")
+	}
+	for inv := range m.oob {
+		e.Notifications = append(e.Notifications, inv+" InvoicePaidOutOfBand")
+	}
+	for id, d := range m.disputes {
+		e.Disputes[id] = d.status
+		inv := m.links[d.charge]
+		require.NotEmpty(t, inv, "dispute %s ends under its invoice", id)
+		if d.withdrawn != nil {
+			e.Ledger[stripetest.LedgerKey{Invoice: inv, Kind: "dispute_funds_withdrawn:" + id}] = *d.withdrawn
+			e.Notifications = append(e.Notifications, id+" DisputeFundsWithdrawn")
+		}
+		if d.reinstated != nil {
+			e.Ledger[stripetest.LedgerKey{Invoice: inv, Kind: "dispute_funds_reinstated:" + id}] = *d.reinstated
+			e.Notifications = append(e.Notifications, id+" DisputeFundsReinstated")
+		}
+	}
+	slices.Sort(e.Notifications)
 	for id, inv := range m.invoices {
 		e.Invoices[id] = stripetest.InvoiceState{Status: inv.status, AmountDue: inv.amountDue, AmountPaid: inv.amountPaid}
 	}
@@ -231,6 +318,8 @@ func TestStoriesEndInExpectInAnyOrder(t *testing.T) {
 			require.Equal(t, want.Ledger, got.Ledger, "seed %d", seed)
 			require.Equal(t, want.Payments, got.Payments, "seed %d", seed)
 			require.Equal(t, want.Refunds, got.Refunds, "seed %d", seed)
+			require.Equal(t, want.Disputes, got.Disputes, "seed %d", seed)
+			require.Equal(t, want.Notifications, got.Notifications, "seed %d", seed)
 		}
 		require.Len(t, evs, want.Events)
 		var other int

@@ -4,6 +4,7 @@
 package stripetest
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -29,6 +30,8 @@ type Meta struct {
 	Created  int64  // seconds since the epoch
 	Livemode bool   // a live-mode event (real money) rather than a test-mode one
 	Account  string // the connected account (acct_...) of a Connect event; "" for none
+	// APIVersion is the event's api_version; "" is APIVersion.
+	APIVersion string
 }
 
 // EventWith returns the JSON of a Stripe event of type typ about object,
@@ -37,7 +40,7 @@ func EventWith(id, typ string, m Meta, object map[string]any) []byte {
 	ev := map[string]any{
 		"id":               id,
 		"object":           "event",
-		"api_version":      APIVersion,
+		"api_version":      cmp.Or(m.APIVersion, APIVersion),
 		"created":          m.Created,
 		"livemode":         m.Livemode,
 		"pending_webhooks": 1,

@@ -131,10 +131,13 @@ func invoiceRank(eventType string) int {
 
 // refundEvents are the types whose handlers take a charge's or
 // PaymentIntent's payment_links row (internal/handlers: chargeRefunded,
-// refundChanged) before they know the invoice it belongs to.
+// refundChanged, disputeChanged) before they know the invoice it belongs to.
 var refundEvents = map[string]bool{
 	"charge.refunded": true, "refund.created": true, "refund.updated": true,
 	"refund.failed": true, "charge.refund.updated": true,
+	// Disputes take their charge's link the same way (disputeChanged).
+	"charge.dispute.created": true, "charge.dispute.updated": true, "charge.dispute.closed": true,
+	"charge.dispute.funds_withdrawn": true, "charge.dispute.funds_reinstated": true,
 }
 
 // splitUnplaced takes out of order the refund events whose invoice the

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-inbox/inbox/internal/stripetest"
@@ -20,8 +21,10 @@ import (
 // and separate Event objects for the same fact, drained by four concurrent
 // drainers, and compares the final state with what each lifecycle must end
 // in: the ledger against the events' final facts (payments of paid invoices,
-// refunds that succeeded, reversed if they then failed, each under its
-// invoice), statuses, the newest snapshot's amount_due, and no effect of the
+// out-of-band payments under their own kind, refunds that succeeded,
+// reversed if they then failed, dispute funds withdrawn and reinstated, each
+// under its invoice), the outbox (one row per booked movement), statuses of
+// invoices, refunds and disputes, the newest snapshot's amount_due, and no effect of the
 // test-mode events a live endpoint also receives. Set INBOX_PERMUTATION_SEED
 // to replay a failing seed.
 func TestAnyOrderAndDuplicatesGiveTheSameResult(t *testing.T) {
@@ -128,11 +131,25 @@ func TestAnyOrderAndDuplicatesGiveTheSameResult(t *testing.T) {
 			}
 			require.NoError(t, rows.Err())
 			require.Equal(t, want.Refunds, gotRefunds, "test-mode refunds are not even recorded")
-			require.Equal(t, 0, b.db.Count(t, "anomalies", ""))
-			require.Equal(t, len(want.Payments), b.db.Count(t, "outbox", ""), "one notification per paid invoice")
-			for inv := range want.Payments {
-				require.Equal(t, 1, b.db.Count(t, "outbox", "aggregate_id = $1 AND event_type = 'InvoicePaymentBooked'", inv), inv)
+			gotDisputes := map[string]string{}
+			rows, err = b.pool.Query(context.Background(), "SELECT id, status FROM disputes")
+			require.NoError(t, err)
+			for rows.Next() {
+				var id, status string
+				require.NoError(t, rows.Scan(&id, &status))
+				gotDisputes[id] = status
 			}
+			require.NoError(t, rows.Err())
+			require.Equal(t, want.Disputes, gotDisputes, "each dispute's final status; test-mode disputes are not recorded")
+			require.Equal(t, 0, b.db.Count(t, "anomalies", ""))
+			// One notification per booked movement: each payment, each
+			// payment outside Stripe, each dispute's withdrawal and
+			// reinstatement; none twice, whatever the order and the twins.
+			rows, err = b.pool.Query(context.Background(), "SELECT aggregate_id || ' ' || event_type FROM outbox ORDER BY 1")
+			require.NoError(t, err)
+			gotOutbox, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			require.Equal(t, want.Notifications, gotOutbox)
 		})
 	}
 }
