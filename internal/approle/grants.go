@@ -247,10 +247,11 @@ func workerGrants(worker string) []string {
 		"GRANT SELECT (id, account, status, customer_id, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
 		"GRANT INSERT (id, account, customer_id, status, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id) ON public.invoices TO " + worker,
 		"GRANT UPDATE (status, customer_id, currency, amount_due, amount_paid, paid_at, snapshot_created, snapshot_rank, snapshot_event_id, updated_at) ON public.invoices TO " + worker,
-		// payInvoice's booking (RETURNING id) and refundEntries (moves
-		// an entry: ON CONFLICT (kind) DO UPDATE SET invoice_id WHERE
-		// the invoice differs).
-		"GRANT SELECT (id, invoice_id, kind, account) ON public.ledger_entries TO " + worker,
+		// payInvoice's booking (RETURNING kind), refundEntries and
+		// disputeEntries (move an entry: ON CONFLICT (kind, account) DO
+		// UPDATE SET invoice_id WHERE the invoice differs; disputeEntries
+		// returns the entries it booked for their outbox rows).
+		"GRANT SELECT (invoice_id, kind, account, amount, currency, event_id) ON public.ledger_entries TO " + worker,
 		"GRANT INSERT (invoice_id, kind, account, amount, currency, event_id) ON public.ledger_entries TO " + worker,
 		"GRANT UPDATE (invoice_id) ON public.ledger_entries TO " + worker,
 		// applyRefund and attributeRefunds.

@@ -236,7 +236,7 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 	require.Equal(t, 1, released)
 
 	// What the worker did, as its role: all booked, nothing refused.
-	require.Equal(t, 0, d.db.Count(t, "webhook_inbox", "last_error ILIKE '%permission denied%'"))
+	require.Equal(t, 0, d.db.Count(t, "webhook_inbox", "last_error ILIKE '%permission denied%'"), "%v", deniedErrors(t, d))
 	require.Equal(t, 2, d.db.Count(t, "webhook_inbox", "processed_at IS NULL AND event_id LIKE 'evt_bad%' AND attempts = 2 AND available_at = 'infinity'"),
 		"the receipts that cannot be processed wait for review")
 	require.Equal(t, 1, d.db.Count(t, "webhook_inbox", "processed_at IS NULL AND event_id = 'evt_given_back'"))
@@ -271,17 +271,17 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 		"FROM webhook_inbox\n WHERE processed_at IS NULL",  // backlogStats
 		"LISTEN ",
 		"SELECT count(*) FROM anomalies WHERE resolved_at IS NULL", // handlers countUnresolvedAnomalies
-		"SELECT id, 'payment'",                        // payInvoice
-		"INSERT INTO refunds AS r",                    // applyRefund
-		"UPDATE refunds AS x",                         // attributeRefunds
-		"WITH linked AS (\nINSERT INTO payment_links", // linkPayments
-		"INSERT INTO anomalies",                       // raiseAnomaly
-		"claim_token  = $5::uuid",                     // outbox claimRows
-		"SET published_at",                            // markPublished
-		"last_error = f.error",                        // recordFailures
-		"last_error = coalesce($3, last_error)",       // releaseRows
-		"attempts used up",                            // parkExhausted
-		"FROM outbox\n WHERE published_at IS NULL",    // backlog
+		"SELECT id, k.kind, k.amount",                              // payInvoice
+		"INSERT INTO refunds AS r",                                 // applyRefund
+		"UPDATE refunds AS x",                                      // attributeRefunds
+		"WITH linked AS (\nINSERT INTO payment_links",              // linkPayments
+		"INSERT INTO anomalies",                                    // raiseAnomaly
+		"claim_token  = $5::uuid",                                  // outbox claimRows
+		"SET published_at",                                         // markPublished
+		"last_error = f.error",                                     // recordFailures
+		"last_error = coalesce($3, last_error)",                    // releaseRows
+		"attempts used up",                                         // parkExhausted
+		"FROM outbox\n WHERE published_at IS NULL",                 // backlog
 	} {
 		require.True(t, strings.Contains(joined, fragment), "the worker never sent %q", fragment)
 	}
@@ -315,7 +315,7 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 	conn2 := d.connectAs(t, d.roles.Worker)
 	var denied []string
 	for _, table := range []string{"webhook_inbox", "invoices", "ledger_entries", "refunds", "payment_links", "anomalies", "outbox",
-		"reconcile_high_water", "ops_audit", "schema_migrations"} {
+		"disputes", "reconcile_high_water", "ops_audit", "schema_migrations"} {
 		denied = append(denied, "DELETE FROM "+table, "TRUNCATE "+table)
 	}
 	requireDenied(t, conn2, denied...)
@@ -334,7 +334,7 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 		"UPDATE ledger_entries SET kind = 'payment'",
 		"UPDATE ledger_entries SET event_id = 'evt_x'",
 		"UPDATE ledger_entries SET currency = 'eur'",
-		"SELECT amount FROM ledger_entries",
+		"SELECT id FROM ledger_entries",
 		"UPDATE anomalies SET resolved_at = now(), resolution = 'x'",
 		"UPDATE outbox SET payload = '{}'",
 		"UPDATE outbox SET event_type = 'x'",
@@ -482,4 +482,14 @@ SELECT 'TEMPORARY' WHERE has_database_privilege($1, current_database(), 'TEMPORA
 	more, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return append(out, more...)
+}
+
+// deniedErrors are the distinct permission errors the worker recorded, for a
+// failure message that names the missing grant.
+func deniedErrors(t *testing.T, d *deployment) []string {
+	rows, err := d.db.Pool.Query(d.ctx, "SELECT DISTINCT last_error FROM webhook_inbox WHERE last_error ILIKE '%permission denied%'")
+	require.NoError(t, err)
+	errs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return errs
 }
