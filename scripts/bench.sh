@@ -7,10 +7,18 @@
 # it to bench-results/.
 #
 #   scripts/bench.sh            full run
-#   scripts/bench.sh --quick    small sizes (a smoke run)
+#   scripts/bench.sh --quick    small sizes, every section (a smoke run, under
+#       a minute: scripts/test.sh runs it). It fails when a section does not
+#       run to its end or prints no figures; it never judges a figure. Cold
+#       starts come from BENCH_COLDSTART_REPORT (the e2e suite's E2E_REPORT,
+#       which scripts/test.sh writes) instead of a run of the e2e suite.
 #   scripts/bench.sh -only latency,coverage   some sections (receipts, drain,
-#       rtt, scale, purge, cold, needsreview, latency, coverage); cold starts
-#       are measured only when cold is among them
+#       rtt, scale, purge, cold, needsreview, latency, coverage, against);
+#       cold starts are measured only when cold is among them
+#   scripts/bench.sh -against b5cb437   also drains the same invoice-only
+#       workload with cmd/local's worker built from that commit (git archive
+#       into a temporary directory), alternating with this tree's, and
+#       reports the ratio (section against; -only against runs just that)
 #
 # rtt (about 5 minutes) runs the drain (per-row, batches without the
 # pipeline, the pipeline; 1 and 4 drainers) and the receipt path through
@@ -42,13 +50,23 @@ cd "$(dirname "$0")/.."
 command -v pgbench >/dev/null || { echo "pgbench is required (Debian: postgresql-contrib / postgresql-client)" >&2; exit 1; }
 
 only=""
+against=""
+quick=0
 prev=""
+args=()
 for a in "$@"; do
   case $a in
     -only=* | --only=*) only=${a#*=} ;;
+    -quick | --quick) quick=1 ;;
   esac
   case $prev in
     -only | --only) only=$a ;;
+  esac
+  # -against is the script's (the bench gets the binary it builds).
+  case $a in
+    -against=* | --against=*) against=${a#*=} ;;
+    -against | --against) ;;
+    *) if [ "$prev" = -against ] || [ "$prev" = --against ]; then against=$a; else args+=("$a"); fi ;;
   esac
   prev=$a
 done
@@ -64,8 +82,12 @@ server=${DATABASE_URL:-}
 if [ -n "$server" ]; then
   pin=0 # not ours to move
 fi
+bench_db=""
+against_dir=""
 cleanup() {
   if [ -n "${TOXIPROXY_PID:-}" ]; then toxiproxy_stop; fi
+  if [ -n "$bench_db" ]; then psql "$server" -Xqc "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" >/dev/null 2>&1 || true; fi
+  if [ -n "$against_dir" ]; then rm -rf "$against_dir"; fi
   pg_stop_throwaway
 }
 trap cleanup EXIT
@@ -81,18 +103,37 @@ if [ -z "$server" ]; then
     server=$PG_THROWAWAY_URL
   fi
 fi
-psql "$server" -Xqc "DROP DATABASE IF EXISTS inbox_bench WITH (FORCE)" -c "CREATE DATABASE inbox_bench" >/dev/null
-bench_url=$(printf '%s' "$server" | sed -E 's#/[^/?]*(\?|$)#/inbox_bench\1#')
+# A database of this run's own (the server may be shared with other runs),
+# dropped at the end whatever happens.
+bench_db=inbox_bench_$$
+psql "$server" -Xqc "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" -c "CREATE DATABASE $bench_db" >/dev/null
+bench_url=$(printf '%s' "$server" | sed -E "s#/[^/?]*(\\?|\$)#/$bench_db\\1#")
 
 mkdir -p .tmp bench-results
 go build -o .tmp/bench ./scripts/bench
 go build -o .tmp/local ./cmd/local
+
+extra=()
+if [ -n "$against" ]; then
+  # The other commit's tree, without touching this one's worktree or index:
+  # git archive into a temporary directory, built with the same toolchain.
+  rev=$(git rev-parse --short "$against^{commit}")
+  against_dir=$(mktemp -d "${TMPDIR:-/tmp}/bench-against-$rev.XXXXXX")
+  git archive "$rev" | tar -x -C "$against_dir"
+  echo "building cmd/local at $rev..." >&2
+  (cd "$against_dir" && go build -o "$OLDPWD/.tmp/local-$rev" ./cmd/local)
+  extra+=(-against-local ".tmp/local-$rev" -against-rev "$rev" -against-head "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench-results' || echo +changes)")
+fi
 
 if [ -n "$only" ] && [[ ",$only," != *,cold,* ]]; then
   BENCH_COLDSTART=0
 fi
 
 coldstart=""
+if [ "$quick" = 1 ]; then
+  BENCH_COLDSTART=0
+  coldstart=${BENCH_COLDSTART_REPORT:-}
+fi
 if [ -d e2e ] && [ "${BENCH_COLDSTART:-1}" = 1 ]; then
   echo "measuring cold starts under the Lambda runtime emulator (e2e suite)..." >&2
   report="$PWD/.tmp/coldstart.md"
@@ -102,7 +143,6 @@ if [ -d e2e ] && [ "${BENCH_COLDSTART:-1}" = 1 ]; then
   fi
 fi
 
-extra=()
 if [ "$pin" = 1 ]; then extra+=(-pin); fi
 if has_section rtt; then
   # shellcheck source=lib/toxiproxy.sh
@@ -116,6 +156,8 @@ if has_section rtt; then
 fi
 
 out="bench-results/$(date -u +%Y-%m-%d)-$(uname -m)${only:+-${only//,/-}}.md"
-.tmp/bench -db "$bench_url" -coldstart "$coldstart" -local .tmp/local "${extra[@]}" "$@" | tee "$out"
-psql "$server" -Xqc "DROP DATABASE IF EXISTS inbox_bench WITH (FORCE)" >/dev/null
+if [ "$quick" = 1 ]; then
+  out=.tmp/bench-quick.md # a smoke run's figures are not results
+fi
+.tmp/bench -db "$bench_url" -coldstart "$coldstart" -local .tmp/local "${extra[@]}" "${args[@]}" | tee "$out"
 echo "written to $out" >&2

@@ -7,8 +7,9 @@
 #
 # Steps: gofmt, the relative links of README.md and docs/, go vet, golangci-lint (.golangci.yml), go test -race (unit,
 # real-PostgreSQL, real-process and emulator tests, CDK template and cdk-nag
-# tests), the database suites again on PostgreSQL 18, the Lambda build and an
-# offline `cdk synth`, and the short fault-injection suite.
+# tests), the benchmark's smoke run (scripts/bench.sh --quick), the database
+# suites again on PostgreSQL 18, the Lambda build and an offline `cdk synth`,
+# and the short fault-injection suite.
 #
 # PostgreSQL: TEST_DATABASE_URL, else DATABASE_URL, else the server on
 # 127.0.0.1:5432, else a throwaway cluster started (and removed) here. The
@@ -51,9 +52,19 @@ if [ "$all" = 1 ]; then
 fi
 
 step "go test -race"
+if [ "$all" = 1 ]; then
+  # The e2e suite's cold starts, for the benchmark's smoke run below.
+  mkdir -p .tmp
+  rm -f .tmp/coldstart-test.md
+  export E2E_REPORT="$PWD/.tmp/coldstart-test.md"
+fi
 go test -race -count=1 -timeout 30m "${pkgs[@]}"
 
 [ "$all" = 1 ] || exit 0
+
+step "benchmark smoke run (scripts/bench.sh --quick: every section runs and prints figures; no figure is judged)"
+BENCH_PIN=0 BENCH_COLDSTART_REPORT="$E2E_REPORT" DATABASE_URL="$TEST_DATABASE_URL" \
+  bash scripts/bench.sh --quick -against HEAD >/dev/null
 
 if [ "${SKIP_PG18:-0}" != 1 ]; then
   # The packages whose tests use a database: those that depend, directly or

@@ -35,11 +35,14 @@ var (
 		_, err := inbox.Store(context.Background(), db, "billing", stripeevent.Event{ID: "evt_capture", Type: "invoice.paid", Payload: []byte(`{}`)})
 		return err
 	}).sql
-	// ClaimSQL is the worker's claim (inbox.Claim).
-	ClaimSQL = capture("inbox.Claim", func(db *recorder) error {
+	claimPipeline = captureAll("inbox.Claim", 2, func(db *recorder) error {
 		_, err := inbox.Claim(context.Background(), db, inbox.ClaimParams{MaxAttempts: 1, Limit: 1, Lease: time.Minute})
 		return err
-	}).sql
+	})
+	// ClaimLocalsSQL is what the claim's transaction sets for itself before
+	// the claim, in the same pipeline (synchronous_commit off; see
+	// inbox.Claim), and ClaimSQL the worker's claim (inbox.Claim).
+	ClaimLocalsSQL, ClaimSQL = claimPipeline[0].sql, claimPipeline[1].sql
 	// SetLocalStatementTimeoutSQL bounds the statements of a processing
 	// transaction (inbox.SetLocalStatementTimeout).
 	SetLocalStatementTimeoutSQL = capture("inbox.SetLocalStatementTimeout", func(db *recorder) error {
@@ -61,8 +64,9 @@ var (
 			Payload: stripetest.Event("evt_capture", "invoice.paid", stripetest.Invoice("in_capture", "cus_1", "paid", 1000))})
 		return err
 	})
-	// PayInvoiceSQL is invoice.paid's one statement in the common case
-	// (internal/handlers payInvoice).
+	// PayInvoiceSQL is invoice.paid's one statement in the common case,
+	// for an invoice that names no payment as the bench's receipts
+	// (internal/handlers payInvoiceNoPayments).
 	PayInvoiceSQL = payInvoice.sql
 	// PaidFrom is the array literal of the states invoice.paid moves an
 	// invoice from (its $7), and PaidRank the rank of status paid (its $9).
@@ -82,10 +86,11 @@ func ExplainClaim(ctx context.Context, db interface {
 		return "", fmt.Errorf("explaining the claim: format %q is not TEXT or JSON", format)
 	}
 	p.StatementTimeout = 0 // the claim alone, not its set_config
-	claim := capture("inbox.Claim", func(db *recorder) error {
+	all := captureAll("inbox.Claim", 2, func(db *recorder) error {
 		_, err := inbox.Claim(ctx, db, p)
 		return err
 	})
+	claim := all[len(all)-1]
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
@@ -111,12 +116,14 @@ type recorder struct {
 	sql  string
 	args []any
 	n    int
+	all  []captured
 }
 
 func (r *recorder) record(sql string, args []any) {
 	if r.n == 0 {
 		r.sql, r.args = sql, args
 	}
+	r.all = append(r.all, captured{sql: sql, args: args})
 	r.n++
 }
 
@@ -171,6 +178,20 @@ func capture(what string, f func(*recorder) error) captured {
 		panic(fmt.Sprintf("benchsql: capturing the statement of %s: sent %d statements, returned %v", what, r.n, err))
 	}
 	return captured{what: what, sql: r.sql, args: r.args}
+}
+
+// captureAll runs f on a recorder and returns the n statements f sent in one
+// pipeline (SendBatch), in order. It panics as capture does when f sent
+// another number of statements.
+func captureAll(what string, n int, f func(*recorder) error) []captured {
+	r := &recorder{}
+	if err := f(r); !errors.Is(err, errCaptured) || r.n != n {
+		panic(fmt.Sprintf("benchsql: capturing the statements of %s: sent %d statements (want %d), returned %v", what, r.n, n, err))
+	}
+	for i := range r.all {
+		r.all[i].what = what
+	}
+	return r.all
 }
 
 // arg is the statement's $n.

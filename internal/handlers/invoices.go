@@ -303,7 +303,9 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 // nothing and raises an anomaly.
 //
 // The common cases (the invoice moves to paid, or it was already paid) take
-// one statement, which also records the invoice's payment links; a payment
+// one statement, which also records the invoice's payment links (an invoice
+// that names none takes the statement without that part,
+// payInvoiceNoPayments); a payment
 // on a void invoice takes a second one to record the anomaly, and a link to
 // a payment whose refunds or disputes were booked before it was known takes
 // more to move them to the invoice.
@@ -321,7 +323,11 @@ func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Res
 		move      bool
 	)
 	payments := inv.payments()
-	err := tx.QueryRow(ctx, payInvoice, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForPaid,
+	sql := payInvoiceNoPayments // nothing to link, no refund or dispute to attribute
+	if len(payments) > 0 {
+		sql = payInvoice
+	}
+	err := tx.QueryRow(ctx, sql, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForPaid,
 		m.Created, statusRank["paid"], ev.ID, account(ev), payload(viaStripe), payments, viaStripe, outside, payload(outside)).Scan(&now, &seen, &move)
 	if err != nil {
 		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)

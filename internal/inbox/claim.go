@@ -45,10 +45,12 @@ type ClaimParams struct {
 
 // Claim takes up to p.Limit claimable receipts in one short statement that
 // commits on its own: each one's attempt is counted and it is hidden from
-// other claims for the lease.
+// other claims for the lease. Its commit does not wait for the WAL flush
+// (claimLocals): see there why a claim lost in a crash of the server is
+// harmless.
 func Claim(ctx context.Context, db BatchDB, p ClaimParams) ([]Claimed, error) {
 	var out []Claimed
-	err := queryWithin(ctx, db, p.StatementTimeout, func(rows pgx.Rows) (err error) {
+	err := queryAfter(ctx, db, claimLocals(p.StatementTimeout), func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 			var c Claimed
 			err := r.Scan(&c.Provider, &c.Endpoint, &c.EventID, &c.EventType, &c.Attempts, &c.APIVersion, &c.Source, &c.LeaseUntil, &c.LockKey)
@@ -69,6 +71,46 @@ type BatchDB interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
+// claimLocals is what a claim's transaction sets for itself: the statement
+// timeout (when positive) and synchronous_commit off.
+//
+// synchronous_commit = off for the claim only (issue 24): its commit
+// returns without waiting for the WAL flush, which the WAL writer does
+// within a few wal_writer_delay (200 ms by default); one flush fewer per
+// claim. It is safe because a claim lost that way is harmless:
+//   - only a crash of the server (or its host) loses it; a worker that dies
+//     loses nothing, the server still flushes the claim;
+//   - a lost claim leaves the receipts as they were before it: claimable,
+//     attempt uncounted, as a release (ReleaseKeys) leaves them. No money
+//     moves with a claim: the effect commits in the processing transaction,
+//     which locks the receipt and re-checks processed_at, so a receipt
+//     claimed again is applied once;
+//   - a processing transaction that committed (synchronously, the default)
+//     flushed the WAL up to its commit record, the claim's included (WAL is
+//     flushed in order): no effect is ever durable without its claim.
+//
+// What is given up: a receipt that crashes the database server itself
+// within that flush delay of its claim would not use up its attempts. The
+// attempt limit is for receipts that kill workers (a panic, a timeout, a
+// process that dies), which lose nothing here.
+// PostgreSQL: "synchronous_commit can be changed per transaction ... with
+// SET LOCAL"; an asynchronous commit risks "the most recent transactions"
+// in a server crash, never consistency
+// (https://www.postgresql.org/docs/current/wal-async-commit.html).
+func claimLocals(timeout time.Duration) []queued {
+	q := []queued{{sql: setLocalAsyncCommit}}
+	if timeout > 0 {
+		q = append(q, queued{sql: setLocalStatementTimeout, args: []any{fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))}}) // 0 would mean none
+	}
+	return q
+}
+
+// queued is a statement sent ahead of another in one pipeline (queryAfter).
+type queued struct {
+	sql  string
+	args []any
+}
+
 // queryWithin runs sql and hands its rows to read. With a positive timeout
 // it runs under that statement_timeout, set for its transaction only, in
 // one round trip: set_config(..., is_local) and sql go in one pipeline,
@@ -76,7 +118,17 @@ type BatchDB interface {
 // statement that runs (or waits on a lock) longer, and the connection stays
 // usable; nothing else on the connection is affected.
 func queryWithin(ctx context.Context, db BatchDB, timeout time.Duration, read func(pgx.Rows) error, sql string, args ...any) error {
-	if timeout <= 0 {
+	var before []queued
+	if timeout > 0 {
+		before = append(before, queued{sql: setLocalStatementTimeout, args: []any{fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))}}) // 0 would mean none
+	}
+	return queryAfter(ctx, db, before, read, sql, args...)
+}
+
+// queryAfter runs the statements of before, then sql, in one pipeline (one
+// implicit transaction, one round trip), and hands sql's rows to read.
+func queryAfter(ctx context.Context, db BatchDB, before []queued, read func(pgx.Rows) error, sql string, args ...any) error {
+	if len(before) == 0 {
 		rows, err := db.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -84,12 +136,16 @@ func queryWithin(ctx context.Context, db BatchDB, timeout time.Duration, read fu
 		return read(rows)
 	}
 	b := &pgx.Batch{}
-	b.Queue(setLocalStatementTimeout, fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))) // 0 would mean none
+	for _, q := range before {
+		b.Queue(q.sql, q.args...)
+	}
 	b.Queue(sql, args...)
 	br := db.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return err
+	for range before {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
 	}
 	rows, err := br.Query()
 	if err == nil {

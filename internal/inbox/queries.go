@@ -187,6 +187,10 @@ SELECT EXISTS (
 // queryWithin).
 const setLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
 
+// setLocalAsyncCommit: the current transaction commits without waiting for
+// its WAL flush (the claim's; see claimLocals in claim.go).
+const setLocalAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
 // lockReceipt and lockReceipts return the event as the handlers get it, as
 // bytea: the exact bytes Stripe sent when jsonb could not hold them
 // (payload_raw), else the jsonb payload's text.

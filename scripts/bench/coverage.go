@@ -20,7 +20,7 @@ import (
 func coverage(ctx context.Context, out io.Writer) {
 	d := 3 * time.Minute
 	if *quick {
-		d = 30 * time.Second
+		d = 8 * time.Second // three invocations, two of them whole
 	}
 	fmt.Fprintln(out, "## 8. Resident worker coverage: back-to-back invocations, the deployed schedule scaled down 20×")
 	fmt.Fprintln(out)

@@ -166,15 +166,25 @@ var param = regexp.MustCompile(`\$([0-9]+)`)
 // pgbenchSQL is sql (a statement of the packages, with $1, $2, ...
 // parameters) with args[n-1] in place of each $n: pgbench variables
 // (:name) or literals. pgbench then sends the variables as parameters of a
-// prepared statement (-M prepared), as pgx does.
+// prepared statement (-M prepared), as pgx does. It panics when a parameter
+// has no argument or an argument no parameter: the statement changed, and
+// the script must follow it (TestPgbenchScriptsFitTheStatements).
 func pgbenchSQL(sql string, args ...string) string {
-	return param.ReplaceAllStringFunc(sql, func(m string) string {
+	used := make([]bool, len(args))
+	out := param.ReplaceAllStringFunc(sql, func(m string) string {
 		n, _ := strconv.Atoi(m[1:])
 		if n < 1 || n > len(args) {
-			fail(fmt.Errorf("pgbenchSQL: $%d without an argument in %s", n, sql))
+			panic(fmt.Sprintf("pgbenchSQL: $%d without an argument (%d given) in %s", n, len(args), sql))
 		}
+		used[n-1] = true
 		return args[n-1]
 	})
+	for i, u := range used {
+		if !u {
+			panic(fmt.Sprintf("pgbenchSQL: argument %d (%s) for no parameter in %s", i+1, args[i], sql))
+		}
+	}
+	return out
 }
 
 func loadAvg() string {
@@ -183,4 +193,14 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// checkpoint starts a timed run right after a checkpoint, so that none of
+// them pays for (or escapes) a checkpoint and its full-page writes by
+// chance. A smoke run (-quick) judges no figure and skips it: on a busy
+// disk a checkpoint takes seconds.
+func checkpoint(ctx context.Context) {
+	if !*quick {
+		exec0(ctx, "CHECKPOINT")
+	}
 }

@@ -27,26 +27,28 @@ type latencyMode struct {
 // worker resident (woken by NOTIFY, or polling only) and scheduled-only with
 // one run a minute (the local runner standing in for the schedule).
 func latency(ctx context.Context, out io.Writer) {
-	dur := 60 * time.Second
+	// The scheduled-only worker runs every interval (the deployed cadence,
+	// or 3 s in a smoke run, which also streams for 2 s at one rate only).
+	dur, interval, eventRates := 60*time.Second, 60*time.Second, []int{50, 500}
 	if *quick {
-		dur = 10 * time.Second
+		dur, interval, eventRates = 2*time.Second, 3*time.Second, []int{50}
 	}
 	fmt.Fprintln(out, "## 7. Receipt to effect: a steady stream through the webhook, resident worker vs one run a minute")
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "cmd/local (webhook + worker, one process, defaults otherwise: 4 drainers, batches of 50) with WORKER_INTERVAL=60s "+
+	fmt.Fprintf(out, "cmd/local (webhook + worker, one process, defaults otherwise: 4 drainers, batches of 50) with WORKER_INTERVAL=%s "+
 		"(the deployed cadence); the invoice lifecycle mix (created, finalized, paid or voided, second Event objects, refunds; shuffled) "+
-		"signed and POSTed at a steady rate for %s; latency is processed_at - received_at of every receipt, read from the table once all are processed.\n\n", dur)
+		"signed and POSTed at a steady rate for %s; latency is processed_at - received_at of every receipt, read from the table once all are processed.\n\n", interval, dur)
 	modes := []latencyMode{
 		{"resident, NOTIFY/LISTEN (local default)", []string{"POLL_INTERVAL=250ms", "LISTEN=on", "NOTIFY=on"}},
 		{"resident, polling every 250ms only (stack default)", []string{"POLL_INTERVAL=250ms", "LISTEN=off", "NOTIFY=off"}},
 		{"scheduled only, one run a minute", []string{"POLL_INTERVAL=0", "LISTEN=off", "NOTIFY=off"}},
 	}
 	var t table
-	for _, rate := range []int{50, 500} {
+	for _, rate := range eventRates {
 		for _, m := range modes {
 			exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
-			exec0(ctx, "CHECKPOINT")
-			r := startLocal(true, append([]string{"LOCAL_COMPONENTS=webhook,worker", "WORKER_INTERVAL=60s", "LOG_LEVEL=warn"}, m.env...)...)
+			checkpoint(ctx)
+			r := startLocal(true, append([]string{"LOCAL_COMPONENTS=webhook,worker", "WORKER_INTERVAL=" + interval.String(), "LOG_LEVEL=warn"}, m.env...)...)
 			sent, failed, achieved := stream(ctx, r.url, rate, dur)
 			drained := waitDrained(ctx, 4*time.Minute)
 			r.stop()

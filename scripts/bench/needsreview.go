@@ -22,7 +22,7 @@ import (
 func needsReview(ctx context.Context, out io.Writer) {
 	stuck, pending := 100_000, 20_000
 	if *quick {
-		stuck, pending = 5_000, 2_000
+		stuck, pending = 1_000, 500
 	}
 	claims := pending / (2 * worker.DefaultClaimLimit) // half the backlog, so no claim comes back empty
 	fmt.Fprintf(out, "## 6. Needs review: the claim with %d receipts waiting for review, against none\n\n", stuck)

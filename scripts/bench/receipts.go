@@ -23,11 +23,12 @@ func receipts(ctx context.Context, out io.Writer) {
 	fmt.Fprintln(out, "Limit: pgbench running the webhook's INSERT (internal/inbox's statement, prepared) at the same concurrency, same duration.")
 	fmt.Fprintln(out)
 	dur := 4 * time.Second
+	concurrencies := []int{1, 4, 16, 64}
 	if *quick {
-		dur = 2 * time.Second
+		dur, concurrencies = time.Second, []int{16}
 	}
 	var t table
-	for _, c := range []int{1, 4, 16, 64} {
+	for _, c := range concurrencies {
 		for _, pinned := range cpuModes() {
 			withCPUs(ctx, pinned, func() {
 				r := receiptRun(ctx, *dbURL, c, dur)
@@ -53,7 +54,7 @@ type receiptResult struct {
 // right after a checkpoint.
 func receiptRun(ctx context.Context, url string, c int, d time.Duration) receiptResult {
 	exec0(ctx, "TRUNCATE webhook_inbox")
-	exec0(ctx, "CHECKPOINT") // each timed run starts right after one, as in the drain
+	checkpoint(ctx) // each timed run starts right after one, as in the drain
 	pool := openURL(ctx, url, int32(c), false)
 	warm(ctx, pool)
 	keyring, err := secrets.NewKeyring(ctx, map[string]string{"billing": secret}, secrets.Literal, secrets.Options{})
@@ -96,7 +97,7 @@ func receiptRun(ctx context.Context, url string, c int, d time.Duration) receipt
 // checkpoint.
 func storeLimit(ctx context.Context, url string, c int, d time.Duration) float64 {
 	exec0(ctx, "TRUNCATE webhook_inbox")
-	exec0(ctx, "CHECKPOINT")
+	checkpoint(ctx)
 	exec0(ctx, "CREATE TABLE IF NOT EXISTS bench_payload AS SELECT $1::text AS p", string(samplePayload("evt_x")))
 	return pgbenchOn(ctx, url, c, d, "prepared", storeScript()).tps
 }

@@ -39,7 +39,7 @@ import (
 func rtt(ctx context.Context, out io.Writer) {
 	n := 1500
 	if *quick {
-		n = 300
+		n = 100
 	}
 	fmt.Fprintf(out, "## 2b. Round-trip latency: drain and receipts through toxiproxy with its latency toxic (%d receipts of the drain's mix)\n\n", n)
 	if *toxiAPI == "" || *toxiPort == 0 {
@@ -54,10 +54,15 @@ func rtt(ctx context.Context, out io.Writer) {
 
 	var drainT, recT table
 	dur := 4 * time.Second
+	lats := []int{0, 1}
 	if *quick {
-		dur = 2 * time.Second
+		dur, lats = time.Second, []int{1}
 	}
-	for _, lat := range []int{0, 1} {
+	drainers, concurrencies := []int{1, 4}, []int{1, 16}
+	if *quick {
+		drainers, concurrencies = []int{4}, []int{16}
+	}
+	for _, lat := range lats {
 		setLatency(lat)
 		for _, pinned := range cpuModes() {
 			withCPUs(ctx, pinned, func() {
@@ -65,7 +70,7 @@ func rtt(ctx context.Context, out io.Writer) {
 				// again (directly, not through the proxy).
 				exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 				load(ctx, evs)
-				for _, d := range []int{1, 4} {
+				for _, d := range drainers {
 					resetBacklog(ctx)
 					s1, e1 := runWorkerOn(ctx, proxied, d, 1)
 					perRow := float64(s1.Processed+s1.Ignored) / e1.Seconds()
@@ -79,7 +84,7 @@ func rtt(ctx context.Context, out io.Writer) {
 					drainT.add(strconv.Itoa(lat), cpuLabel(pinned), strconv.Itoa(d), f0(perRow), f0(loop), f0(pipe), ratio(loop, pipe), ratio(pipe, perRow),
 						f0(limit), ratio(perRow, limit), ratio(loop, limit), ratio(pipe, limit))
 				}
-				for _, c := range []int{1, 16} {
+				for _, c := range concurrencies {
 					r := receiptRun(ctx, proxied, c, dur)
 					limit := storeLimit(ctx, proxied, c, dur)
 					recT.add(strconv.Itoa(lat), cpuLabel(pinned), strconv.Itoa(c), f0(r.rate), ms(r.p50), ms(r.p99), f0(limit), ratio(r.rate, limit),

@@ -18,7 +18,7 @@ import (
 func scale(ctx context.Context, out io.Writer) {
 	history, pending := 1_000_000, 100_000
 	if *quick {
-		history, pending = 50_000, 5_000
+		history, pending = 5_000, 1_000
 	}
 	fmt.Fprintf(out, "## 3. Scale: claim and drain with %d processed rows and %d backlog, against an empty table\n\n", history, pending)
 	var t table

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+)
+
+var (
+	againstLocal = flag.String("against-local", "", "cmd/local built from another commit (scripts/bench.sh -against COMMIT builds it): the against section drains with it and with -local, alternating")
+	againstRev   = flag.String("against-rev", "", "the commit -against-local was built from (for the table)")
+	againstHead  = flag.String("against-head", "this tree", "what -local was built from (for the table)")
+	againstN     = flag.Int("against-n", 20000, "receipts of the against section's workload (-quick: 400)")
+	againstRuns  = flag.Int("against-runs", 3, "runs of each build at each concurrency in the against section; the median is reported (-quick: 1)")
+)
+
+// invoiceBacklog is the invoice-only workload of issue 24: n receipts, half
+// invoice.created and half invoice.paid, one of each per invoice (the
+// invoices of stripetest.Invoice: no charge, no payments list), in a
+// shuffled order (the same for every seed).
+func invoiceBacklog(n int) []stripeevent.Event {
+	var evs []stripeevent.Event
+	for i := range n / 2 {
+		inv := fmt.Sprintf("in_w%d", i)
+		for _, typ := range []string{"invoice.created", "invoice.paid"} {
+			status := map[string]string{"invoice.created": "draft", "invoice.paid": "paid"}[typ]
+			p := stripetest.Event(fmt.Sprintf("evt_w%d_%s", i, typ), typ, stripetest.Invoice(inv, "cus_1", status, 1000))
+			ev, err := stripeevent.Verify(p, stripetest.Sign(p, time.Now(), secret), []string{secret})
+			check(err)
+			evs = append(evs, ev)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	r.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+	return evs
+}
+
+// against drains the invoice-only workload with cmd/local's worker (one run,
+// not resident) built from this tree and from another commit, alternating
+// the two on the same backlog, and reports the ratio. The rate is the
+// worker's own: processed receipts over its run's duration_ms, from the
+// "worker run" record it logs (both builds log it), so neither the
+// process's start nor its migrations check count.
+func against(ctx context.Context, out io.Writer) {
+	if *againstLocal == "" {
+		fmt.Fprintln(out, "## 9. Against another commit")
+		fmt.Fprintln(out)
+		fmt.Fprintln(out, "Skipped: no -against COMMIT (scripts/bench.sh -against COMMIT).")
+		fmt.Fprintln(out)
+		return
+	}
+	n, runs := *againstN, *againstRuns
+	drainers := []int{1, 4}
+	if *quick {
+		n, runs = 400, 1
+	}
+	fmt.Fprintf(out, "## 9. Against %s: %d receipts, half invoice.created, half invoice.paid (one of each per invoice, shuffled); median of %d runs each\n\n", *againstRev, n, runs)
+	fmt.Fprintf(out, "cmd/local, worker only (WORKER_CONCURRENCY drainers, defaults otherwise: claims and batches of 50, not resident), built from %s and from %s, the two alternating on the same backlog, each first in turn (reset and checkpointed before each run). Rate: the run's processed receipts over its duration_ms, as the worker logs them.\n\n", *againstHead, *againstRev)
+	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
+	load(ctx, invoiceBacklog(n))
+	var t table
+	for _, d := range drainers {
+		var ours, theirs []float64
+		for r := range runs {
+			// Alternating, and in turn first (ABBA...), so that neither
+			// build always runs right after the backlog was loaded.
+			for k := range 2 {
+				resetBacklog(ctx)
+				if (r+k)%2 == 0 {
+					ours = append(ours, localDrain(*localBin, d, n))
+				} else {
+					theirs = append(theirs, localDrain(*againstLocal, d, n))
+				}
+			}
+		}
+		t.add(strconv.Itoa(d), f0(median(ours)), f0(median(theirs)), ratio(median(ours), median(theirs)), rates(ours), rates(theirs))
+		fmt.Fprintf(os.Stderr, "against: %d drainers: %s %v, %s %v\n", d, *againstHead, ours, *againstRev, theirs)
+	}
+	t.print(out, "drainers", *againstHead+" receipts/s", *againstRev+" receipts/s", "ratio", *againstHead+" runs", *againstRev+" runs")
+}
+
+func rates(v []float64) string {
+	s := make([]string, len(v))
+	for i, r := range v {
+		s[i] = f0(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// localDrain runs bin (a cmd/local) as a worker with drainers drainers
+// until its first run ends, and returns that run's rate. Every one of the n
+// receipts must have been processed.
+func localDrain(bin string, drainers, n int) float64 {
+	saved := *localBin
+	*localBin = bin
+	r := startLocal(false, "LOCAL_COMPONENTS=worker", "WORKER_INTERVAL=1h", "WORKER_TIMEOUT=15m", "POLL_INTERVAL=0",
+		"WORKER_CONCURRENCY="+strconv.Itoa(drainers), "LOG_LEVEL=info")
+	*localBin = saved
+	defer r.stop()
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(r.stderr.String(), "\n") {
+			var rec struct {
+				Msg     string `json:"msg"`
+				Error   string `json:"error"`
+				Summary struct {
+					Processed  int   `json:"processed"`
+					Ignored    int   `json:"ignored"`
+					Failed     int   `json:"failed"`
+					DurationMs int64 `json:"duration_ms"`
+				} `json:"summary"`
+			}
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch rec.Msg {
+			case "worker run failed":
+				fail(fmt.Errorf("%s: worker run failed: %s", bin, rec.Error))
+			case "worker run":
+				s := rec.Summary
+				if s.Processed+s.Ignored != n || s.Failed != 0 {
+					fail(fmt.Errorf("%s: the run processed %d, ignored %d, failed %d of %d receipts", bin, s.Processed, s.Ignored, s.Failed, n))
+				}
+				return float64(n) / (float64(s.DurationMs) / 1000)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // polling the log of a process for its end
+	}
+	fail(fmt.Errorf("%s: no worker run logged in 10 minutes", bin))
+	return 0
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestPgbenchScriptsFitTheStatements renders every pgbench script the bench
+// runs from the packages' own statements (internal/benchsql): a statement
+// that gained or lost a parameter fails here, in the test command, instead
+// of at the start of a benchmark section (issue 24: the receipts section
+// once stopped with "$11 without an argument").
+func TestPgbenchScriptsFitTheStatements(t *testing.T) {
+	t.Parallel()
+	for name, script := range map[string]func() string{
+		"receipts (storeScript)": storeScript,
+		"drain (drainScript)":    drainScript,
+	} {
+		s := script()
+		if strings.Contains(s, "$") {
+			t.Errorf("%s: a parameter left in the script:\n%s", name, s)
+		}
+	}
+}
+
+func TestPgbenchSQLRefusesAParameterWithoutArgumentAndAnArgumentWithoutParameter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sql  string
+		args []string
+		want string
+	}{
+		{"SELECT $1, $2", []string{"1"}, "$2 without an argument"},
+		{"SELECT $1", []string{"1", "2"}, "argument 2 (2) for no parameter"},
+	} {
+		func() {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.Contains(msg, tc.want) {
+					t.Errorf("pgbenchSQL(%q, %q) panicked with %q, want %q", tc.sql, tc.args, msg, tc.want)
+				}
+			}()
+			pgbenchSQL(tc.sql, tc.args...)
+		}()
+	}
+	if got := pgbenchSQL("SELECT $1, $2, $1", ":a", "'b'"); got != "SELECT :a, 'b', :a" {
+		t.Errorf("got %q", got)
+	}
+}
