@@ -12,13 +12,13 @@ import (
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/config"
 	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/dualstack"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/outbox"
@@ -47,13 +47,10 @@ func Fail(logger *slog.Logger, what string, err error) {
 
 // awsConfig loads the SDK's default configuration (region and credentials
 // from the Lambda environment; AWS_ENDPOINT_URL_SECRETS_MANAGER and the like
-// are honoured).
+// are honoured) with the dual-stack endpoints on: the functions in the VPC
+// reach AWS over IPv6 only (internal/dualstack).
 func awsConfig(ctx context.Context) (aws.Config, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return aws.Config{}, fmt.Errorf("loading AWS configuration: %w", err)
-	}
-	return cfg, nil
+	return dualstack.Load(ctx)
 }
 
 // Pool opens the database pool for c, loading AWS credentials only when the
