@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/retention"
 	"github.com/stripe-inbox/inbox/internal/secrets"
+	"github.com/stripe-inbox/inbox/internal/wake"
 	"github.com/stripe-inbox/inbox/internal/webhook"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
@@ -105,6 +107,19 @@ func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out 
 	if err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if c.WakeFunction != "" {
+		cfg, err := awsConfig(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		w, err := wake.NewLambda(lambda.NewFromConfig(cfg), c.WakeFunction, c.WakeTimeout)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		h.WakeWith(w)
 	}
 	return &Webhook{Handler: h, Pool: pool, Keyring: keyring}, nil
 }

@@ -170,6 +170,21 @@ func TestWebhookNotify(t *testing.T) {
 	require.ErrorContains(t, err, `NOTIFY="sometimes": must be on or off`)
 }
 
+func TestWebhookWake(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.Empty(t, c.WakeFunction, "no wake unless the stack names the worker")
+	require.Equal(t, time.Second, c.WakeTimeout)
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a",
+		"WAKE_FUNCTION", "StripeInbox-dev-worker", "WAKE_TIMEOUT", "500ms"))
+	require.NoError(t, err)
+	require.Equal(t, "StripeInbox-dev-worker", c.WakeFunction)
+	require.Equal(t, 500*time.Millisecond, c.WakeTimeout)
+	_, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WAKE_TIMEOUT", "30s"))
+	require.ErrorContains(t, err, "WAKE_TIMEOUT")
+}
+
 // TestLocalResidentWorkerAlwaysHasAPoller: the local runner's defaults keep
 // a poller live between runs at any WORKER_INTERVAL (the arithmetic of
 // overlapping runs: timeout - margin > interval).
