@@ -225,3 +225,15 @@ func TestLocal(t *testing.T) {
 	_, err = config.LoadLocal(env("STRIPE_WEBHOOK_SECRET", "whsec_a"))
 	require.ErrorContains(t, err, "DATABASE_URL is required locally")
 }
+
+func TestLocalWorkerWake(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.False(t, c.WorkerWake, "off by default: the local runner's schedule as before")
+	c, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_WAKE", "on", "POLL_INTERVAL", "0"))
+	require.NoError(t, err)
+	require.True(t, c.WorkerWake)
+	_, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_WAKE", "on", "LOCAL_COMPONENTS", "webhook"))
+	require.ErrorContains(t, err, "WORKER_WAKE=on: the webhook wakes the worker, so LOCAL_COMPONENTS must list both")
+}
