@@ -22,7 +22,7 @@ import (
 //
 //   - reconcile, outside the VPC: every reconcileSchedule (15 minutes) it
 //     reads the restricted Stripe key from Secrets Manager (over the
-//     internet, not through the VPC endpoint), lists events on Stripe's
+//     internet), lists events on Stripe's
 //     Events API and hands each page to the store function with a
 //     synchronous Lambda Invoke, authorized by IAM (lambda:InvokeFunction on
 //     that one function; the store function has no URL).
@@ -67,6 +67,7 @@ func (b *builder) reconcile() {
 		// Two reconciler runs at most (the schedule and a backfill), one
 		// page at a time each.
 		reserved: jsii.Number(2),
+		callsAWS: true, // STS: the reconciler's proof
 		env: map[string]string{
 			"RECONCILE_ENDPOINTS": b.s.ReconcileEndpoint,
 			"DB_MAX_CONNS":        "2",

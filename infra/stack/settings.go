@@ -96,9 +96,16 @@ type Settings struct {
 	// accepted and changes nothing.
 	RetireLegacyAppRole bool
 	// WorkerPollInterval makes each scheduled worker invocation resident
-	// (workerPollInterval; default 250ms; 0 = scheduled-only: return once
-	// the inbox is empty). It becomes the worker's POLL_INTERVAL.
+	// (workerPollInterval; default 0: each run returns once the inbox is
+	// empty; 250ms keeps a poller live, the former default, about $10 a
+	// month more). It becomes the worker's POLL_INTERVAL.
 	WorkerPollInterval time.Duration
+	// WorkerWake makes the webhook start a worker run after each new
+	// receipt commits, with an asynchronous Invoke (workerWake; default
+	// true; internal/wake). With it the worker need not be resident for
+	// sub-second receipt-to-effect; the schedule stays as the safety net.
+	// The worker's reserved concurrency bounds the runs a burst starts.
+	WorkerWake bool
 	// WorkerTimeout is the worker function's timeout (workerTimeout;
 	// default 100s). A resident invocation polls until WorkerTimeout -
 	// WorkerDeadlineMargin (70s), so with rate(1 minute) consecutive
@@ -254,7 +261,8 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 		r.addf("metricsNamespace=%q: must be a custom CloudWatch namespace (letters, digits, . _ - / # :), not AWS/...", s.MetricsNamespace)
 	}
 	r.legacyAppRole(&s)
-	s.WorkerPollInterval = r.fineDuration("workerPollInterval", 250*time.Millisecond, 10*time.Millisecond, time.Minute, true)
+	s.WorkerPollInterval = r.fineDuration("workerPollInterval", 0, 10*time.Millisecond, time.Minute, true)
+	s.WorkerWake = r.boolean("workerWake", true)
 	s.WorkerTimeout = r.duration("workerTimeout", 100*time.Second, 10*time.Second, 15*time.Minute)
 	s.WorkerReservedConcurrency = r.integer("workerReservedConcurrency", 3, 1, 100)
 	s.WorkerListen = r.boolean("workerListen", false)

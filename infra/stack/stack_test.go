@@ -574,7 +574,7 @@ func TestMigrationsRunBeforeTheFunctions(t *testing.T) {
 	t.Parallel()
 	triggerID, trigger := dev.one(t, "Custom::Trigger", "MigrateOnDeploy")
 	after := dependsOn(trigger)
-	for _, prefix := range []string{"Database", "Proxy", "ProxyProxyTargetGroup", "VpcSecretsManagerEndpoint", "ProxySecurityGroupfrom"} {
+	for _, prefix := range []string{"Database", "Proxy", "ProxyProxyTargetGroup", "VpcEgressOnlyIgw", "VpcdataSubnet1DefaultRoute6", "VpcdataSubnet2DefaultRoute6", "ProxySecurityGroupfrom"} {
 		require.True(t, slices.ContainsFunc(after, func(id string) bool { return strings.HasPrefix(id, prefix) }),
 			"the trigger must run after %s*: %v", prefix, after)
 	}
@@ -649,7 +649,7 @@ func TestNATIsOffByDefault(t *testing.T) {
 	t.Parallel()
 	require.Empty(t, dev.resources("AWS::EC2::NatGateway"))
 	require.Empty(t, dev.resources("AWS::EC2::InternetGateway"))
-	require.Len(t, dev.resources("AWS::EC2::VPCEndpoint"), 3, "Secrets Manager, EventBridge for the outbox relay, STS for the callers' identities")
+	require.Empty(t, dev.resources("AWS::EC2::VPCEndpoint"), "AWS APIs over IPv6 (network_test.go)")
 
 	require.Len(t, natDev.resources("AWS::EC2::NatGateway"), 1)
 	subnets := natDev.resources("AWS::EC2::Subnet")
