@@ -71,7 +71,11 @@ func Pool(ctx context.Context, c database.Config) (*pgxpool.Pool, error) {
 
 // Metrics returns the EMF emitter for c.
 func Metrics(w io.Writer, c config.Common) *metrics.Emitter {
-	return metrics.New(w, c.MetricsNamespace, c.MetricsDimensions)
+	em := metrics.New(w, c.MetricsNamespace, c.MetricsDimensions)
+	if c.MetricsPublish != nil {
+		em.Publish(c.MetricsPublish)
+	}
+	return em
 }
 
 // Webhook is the webhook function's wiring.

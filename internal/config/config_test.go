@@ -237,3 +237,18 @@ func TestLocalWorkerWake(t *testing.T) {
 	_, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_WAKE", "on", "LOCAL_COMPONENTS", "webhook"))
 	require.ErrorContains(t, err, "WORKER_WAKE=on: the webhook wakes the worker, so LOCAL_COMPONENTS must list both")
 }
+
+func TestMetricsPublish(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.Nil(t, c.MetricsPublish, "unset: every metric is published")
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_PUBLISH", "Rejected, StoreFailed"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"Rejected", "StoreFailed"}, c.MetricsPublish)
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_PUBLISH", "none"))
+	require.NoError(t, err)
+	require.Equal(t, []string{}, c.MetricsPublish)
+	_, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_PUBLISH", "Rejected;Received"))
+	require.ErrorContains(t, err, "METRICS_PUBLISH")
+}
