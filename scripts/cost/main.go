@@ -211,10 +211,16 @@ func Compute(stage string, t template, p Prices) (Bill, error) {
 		add("CloudWatch dashboard", float64(n)*must("dashboard_month").USD)
 	}
 	handled("AWS::CloudWatch::Dashboard")
-	named, searches := customMetrics(t)
-	if len(named)+searches > 0 {
-		n := float64(len(named)) + float64(searches)*p.Usage.SearchMetrics.Count
-		add(fmt.Sprintf("CloudWatch custom metrics ($0.30 each; the template names them, %g per SEARCH)", p.Usage.SearchMetrics.Count), n*must("custom_metric_month").USD)
+	// Custom metrics: what the functions publish (METRICS_PUBLISH: each
+	// name once, with the base dimensions), or, in a template whose
+	// functions publish everything, what its alarms and dashboard name.
+	n, declared := publishedMetrics(t)
+	if !declared {
+		named, searches := customMetrics(t)
+		n = float64(len(named)) + float64(searches)*p.Usage.SearchMetrics.Count
+	}
+	if n > 0 {
+		add("CloudWatch custom metrics ($0.30 each)", n*must("custom_metric_month").USD)
 	}
 	if p.Usage.LogsGBMonth.Count > 0 {
 		add(fmt.Sprintf("CloudWatch Logs (%g GB a month)", p.Usage.LogsGBMonth.Count), p.Usage.LogsGBMonth.Count*must("logs_ingest_gb").USD)
@@ -259,6 +265,28 @@ func Compute(stage string, t template, p Prices) (Bill, error) {
 	}
 	sort.SliceStable(b.Items, func(i, j int) bool { return b.Items[i].USD > b.Items[j].USD })
 	return b, errors.Join(errs...)
+}
+
+// publishedMetrics counts the metrics the functions' METRICS_PUBLISH lists
+// ("none": none); declared is false when no function sets it.
+func publishedMetrics(t template) (float64, bool) {
+	n, declared := 0.0, false
+	for _, r := range t.Resources {
+		if r.Type != "AWS::Lambda::Function" {
+			continue
+		}
+		env, _ := r.Properties["Environment"].(map[string]any)
+		vars, _ := env["Variables"].(map[string]any)
+		v, ok := vars["METRICS_PUBLISH"].(string)
+		if !ok {
+			continue
+		}
+		declared = true
+		if v != "none" && v != "" {
+			n += float64(len(strings.Split(v, ",")))
+		}
+	}
+	return n, declared
 }
 
 // residentWorker: the worker's POLL_INTERVAL is set and not zero.

@@ -66,6 +66,14 @@ func TestPricesATemplate(t *testing.T) {
 	require.Equal(t, 23.36, item(t, b, "RDS db.t4g.micro"))
 	require.Equal(t, 4.60, item(t, b, "RDS storage"))
 	require.Equal(t, 10.23, item(t, b, "Lambda worker_resident")) // 43,800 × 70 s × 0.25 GB × 0.0000133334 + requests
+
+	// A function that lists what it publishes is billed for exactly that.
+	tpl.Resources["WorkerFunctionACE6A4B0"].Properties["Environment"] = map[string]any{"Variables": map[string]any{
+		"POLL_INTERVAL": "0s", "METRICS_PUBLISH": "OldestUnprocessedAgeSeconds,ReceiptToEffectSeconds,NeedsReviewCount",
+	}}
+	b, err = Compute("prod", tpl, p)
+	require.NoError(t, err)
+	require.Equal(t, 0.90, item(t, b, "CloudWatch custom metrics"))
 }
 
 // TestAnUnpricedTypeFails: a resource type neither priced nor listed as
