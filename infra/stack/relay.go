@@ -78,12 +78,13 @@ func (b *builder) outboxDashboardRow(d awscloudwatch.Dashboard, graph func(strin
 		return
 	}
 	d.AddWidgets(
-		graph("Outbox: backlog, oldest age (s), waiting for review", 12,
-			b.emf("worker", "OutboxBacklogCount", "Maximum"), b.emf("worker", "OutboxOldestAgeSeconds", "Maximum"),
-			b.emf("worker", "OutboxNeedsReviewCount", "Maximum")),
-		graph("Outbox: published, failed, throttled, failed calls, fenced", 12,
-			b.emf("worker", "OutboxPublished", "Sum"), b.emf("worker", "OutboxFailed", "Sum"), b.emf("worker", "OutboxThrottled", "Sum"),
-			b.emf("worker", "OutboxCallFailed", "Sum"), b.emf("worker", "OutboxFenced", "Sum")),
+		graph("Outbox: oldest unpublished (s), waiting for review", 12,
+			b.emf("worker", "OutboxOldestAgeSeconds", "Maximum"), b.emf("worker", "OutboxNeedsReviewCount", "Maximum")),
+		b.logQuery("Outbox: published, failed, throttled, failed calls, fenced, backlog (log fields)", "worker",
+			"fields @timestamp | filter ispresent(OutboxPublished) or ispresent(OutboxBacklogCount)"+
+				" | stats sum(OutboxPublished) as published, sum(OutboxFailed) as failed, sum(OutboxThrottled) as throttled,"+
+				" sum(OutboxCallFailed) as call_failed, sum(OutboxFenced) as fenced, max(OutboxBacklogCount) as backlog by bin(5m)"+
+				" | sort @timestamp desc", 12),
 	)
 }
 

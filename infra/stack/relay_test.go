@@ -68,7 +68,7 @@ func TestOutboxRelay(t *testing.T) {
 	}
 	_, dash := dev.one(t, "AWS::CloudWatch::Dashboard", "Dashboard")
 	body := asJSON(t, props(dash)["DashboardBody"])
-	for _, m := range []string{"OutboxBacklogCount", "OutboxOldestAgeSeconds", "OutboxNeedsReviewCount", "OutboxPublished", "OutboxFenced"} {
+	for _, m := range []string{"OutboxBacklogCount", "OutboxOldestAgeSeconds", "OutboxNeedsReviewCount", "OutboxPublished", "OutboxFenced"} { // graphs or Logs Insights
 		require.Contains(t, body, m)
 	}
 

@@ -15,8 +15,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
@@ -138,6 +138,10 @@ type builder struct {
 
 	// legacySecret is LegacyAppUser's secret; nil once it is retired.
 	legacySecret awsrds.DatabaseSecret
+
+	// published: by service, the metrics the alarms and the dashboard read
+	// (emf); each function publishes those only (publishMetrics).
+	published map[string]map[string]bool
 }
 
 func (b *builder) removal() awscdk.RemovalPolicy {
