@@ -20,8 +20,8 @@ case "${1:-}" in
 esac
 
 # prod first, into its own folder: synth.sh empties infra/cdk.out each run.
-bash scripts/synth.sh -c stage=prod --output cdk.out.prod >/dev/null
-bash scripts/synth.sh -c stage=dev >/dev/null
+bash scripts/synth.sh -c stage=prod --output cdk.out.prod
+bash scripts/synth.sh -c stage=dev
 go run ./scripts/cost \
   -template dev=infra/cdk.out/StripeInbox-dev.template.json \
   -template prod=infra/cdk.out.prod/StripeInbox-prod.template.json \
