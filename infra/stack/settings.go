@@ -55,10 +55,9 @@ type Settings struct {
 	// secret and URL path (endpoints; default ["billing"]; a JSON array or
 	// a comma-separated string).
 	Endpoints []string
-	// NAT gives the functions a NAT gateway and internet egress (nat;
+	// NAT gives the functions a NAT gateway and IPv4 internet egress (nat;
 	// default false). Nothing in the project needs it: the functions reach
-	// Secrets Manager through an interface endpoint and the database inside
-	// the VPC.
+	// AWS over IPv6 (network()) and the database inside the VPC.
 	NAT bool
 	// BacklogAgeAlarm is the age of the oldest unprocessed receipt that
 	// raises the backlog alarm (backlogAgeAlarm; default 10m).
@@ -133,8 +132,8 @@ type Settings struct {
 	// here, for a gain of at most WorkerPollInterval (250 ms) in latency
 	// that the polling already keeps under the 1 s p50 goal.
 	WorkerListen bool
-	// OutboxRelay creates the outbox relay's event bus, archive, EventBridge
-	// VPC endpoint, permission, alarms and dashboard row, and sets the
+	// OutboxRelay creates the outbox relay's event bus, archive,
+	// permission, alarms and dashboard row, and sets the
 	// worker's OUTBOX_BUS (outboxRelay; default true). false removes all of
 	// it: outbox rows then stay in the table for a consumer of it.
 	OutboxRelay bool
