@@ -76,9 +76,11 @@ if [ "${SKIP_PG18:-0}" != 1 ]; then
   bash scripts/lib/postgres18.sh go test -count=1 -timeout 30m $pg_pkgs
 fi
 
-step "build the Lambda bundles (linux/arm64) and synthesize the stack offline"
+step "build the Lambda bundles (linux/arm64), synthesize the dev and prod stacks offline, check the cost table"
 bash scripts/build.sh
-bash scripts/synth.sh
+# Synthesizes prod and dev (infra/cdk.out is dev's, as before) and fails
+# unless docs/deployment.md's cost table is the templates' (scripts/cost).
+bash scripts/cost.sh -check
 
 step "fault injection (short): worker kills, database crash, network faults, overload"
 bash scripts/chaos.sh --short

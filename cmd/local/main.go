@@ -26,6 +26,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/bootstrap"
 	"github.com/stripe-inbox/inbox/internal/config"
 	"github.com/stripe-inbox/inbox/internal/migrate"
+	"github.com/stripe-inbox/inbox/internal/wake"
 	"github.com/stripe-inbox/inbox/internal/webhook"
 )
 
@@ -48,12 +49,21 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
+	// WORKER_WAKE=on: the webhook signals the worker loop after each new
+	// receipt, as the deployed webhook invokes the worker (internal/wake).
+	var wakes wake.Signal
+	if cfg.WorkerWake {
+		wakes = wake.NewSignal()
+	}
 	if cfg.Runs("webhook") {
 		hook, err := bootstrap.NewWebhook(ctx, cfg.Webhook, logger, io.Discard) // EMF is for CloudWatch; the log says enough locally
 		if err != nil {
 			return err
 		}
 		defer hook.Pool.Close()
+		if wakes != nil {
+			hook.Handler.WakeWith(wakes)
+		}
 		ln, err := net.Listen("tcp", cfg.ListenAddr)
 		if err != nil {
 			return fmt.Errorf("cannot serve on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
@@ -99,7 +109,7 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		if resident {
 			concurrent = maxResidentRuns
 		}
-		schedule(ctx, &wg, logger, "worker", cfg.WorkerInterval, cfg.WorkerTimeout, concurrent, func(runCtx context.Context) {
+		schedule(ctx, &wg, logger, "worker", cfg.WorkerInterval, cfg.WorkerTimeout, concurrent, wakes, func(runCtx context.Context) {
 			s, err := w.Run(runCtx)
 			if err != nil && ctx.Err() == nil {
 				logger.Error("worker run failed", "error", err)
@@ -107,6 +117,9 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 				logger.Info("worker run", "summary", s)
 			}
 		})
+		if wakes != nil {
+			fmt.Println("worker woken by the webhook after each new receipt (WORKER_WAKE)")
+		}
 		if resident {
 			fmt.Printf("worker running every %s, resident for %s of each run (WORKER_TIMEOUT - DEADLINE_MARGIN), polling every %s (POLL_INTERVAL), listening: %t (LISTEN), booking Stripe %s mode (STRIPE_MODE)\n",
 				cfg.WorkerInterval, cfg.WorkerTimeout-cfg.Worker.Worker.DeadlineMargin, cfg.Worker.Worker.PollInterval, cfg.Worker.Worker.Listen, cfg.Worker.Worker.Mode)
@@ -120,7 +133,7 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			return err
 		}
 		defer pool.Close()
-		schedule(ctx, &wg, logger, "purge", cfg.PurgeInterval, cfg.PurgeTimeout, 1, func(runCtx context.Context) {
+		schedule(ctx, &wg, logger, "purge", cfg.PurgeInterval, cfg.PurgeTimeout, 1, nil, func(runCtx context.Context) {
 			_, _ = p.Run(runCtx) // Run logs its summary or its error
 		})
 		fmt.Printf("purge running every %s (retention %s)\n", cfg.PurgeInterval, cfg.Purge.Purge.Retention)
@@ -133,7 +146,7 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		defer r.Close()
 		// One run at a time, each until it has covered its window (no
 		// Lambda timeout locally): the next tick waits for it.
-		schedule(ctx, &wg, logger, "reconcile", cfg.ReconcileInterval, 24*time.Hour, 1, func(runCtx context.Context) {
+		schedule(ctx, &wg, logger, "reconcile", cfg.ReconcileInterval, 24*time.Hour, 1, nil, func(runCtx context.Context) {
 			s, err := r.Run(runCtx)
 			if err != nil && ctx.Err() == nil {
 				logger.Error("reconcile run failed", "error", err, "summary", s)
@@ -174,7 +187,8 @@ const maxResidentRuns = 2
 // resident, but at most concurrent at once: a tick that finds that many
 // running is skipped and logged, as a throttled invocation would be.
 // Otherwise (concurrent <= 1) the next one waits for the previous to return.
-func schedule(ctx context.Context, wg *sync.WaitGroup, logger *slog.Logger, name string, interval, timeout time.Duration, concurrent int, fn func(context.Context)) {
+// A receive from wakes (nil: none) starts a run as a tick does.
+func schedule(ctx context.Context, wg *sync.WaitGroup, logger *slog.Logger, name string, interval, timeout time.Duration, concurrent int, wakes <-chan struct{}, fn func(context.Context)) {
 	running := make(chan struct{}, max(concurrent, 1))
 	wg.Add(1)
 	go func() {
@@ -205,6 +219,7 @@ func schedule(ctx context.Context, wg *sync.WaitGroup, logger *slog.Logger, name
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-wakes:
 			}
 		}
 	}()

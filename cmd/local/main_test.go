@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/wake"
 )
 
 // skipWatch counts the scheduler's "run skipped" records.
@@ -38,7 +40,7 @@ func TestOverlappingRunsAreLimited(t *testing.T) {
 	)
 	release := make(chan struct{})
 	watch := &skipWatch{}
-	schedule(ctx, &wg, slog.New(watch), "worker", time.Millisecond, time.Hour, maxResidentRuns, func(context.Context) {
+	schedule(ctx, &wg, slog.New(watch), "worker", time.Millisecond, time.Hour, maxResidentRuns, nil, func(context.Context) {
 		n := running.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
@@ -52,6 +54,25 @@ func TestOverlappingRunsAreLimited(t *testing.T) {
 	}
 	require.EqualValues(t, maxResidentRuns, most.Load())
 	close(release)
+	cancel()
+	wg.Wait()
+}
+
+// TestAWakeStartsARunBeforeTheTick: with WORKER_WAKE the webhook's signal
+// starts the next run at once, not at the next WORKER_INTERVAL tick.
+func TestAWakeStartsARunBeforeTheTick(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wakes := wake.NewSignal()
+	runs := make(chan struct{}, 10)
+	schedule(ctx, &wg, slog.New(slog.DiscardHandler), "worker", time.Hour, time.Hour, 1, wakes, func(context.Context) {
+		runs <- struct{}{}
+	})
+	<-runs // the first run starts at once, as the schedule's does
+	require.NoError(t, wakes.Wake(ctx))
+	<-runs // the tick is an hour away: only the wake can start this one
 	cancel()
 	wg.Wait()
 }

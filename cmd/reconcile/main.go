@@ -27,11 +27,11 @@ import (
 	"strings"
 	"time"
 
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/stripe-inbox/inbox/internal/bootstrap"
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/dualstack"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
 )
 
@@ -129,9 +129,9 @@ func local(ctx context.Context, env config.Env, from, to time.Time, types []stri
 func FunctionName(stage string) string { return "StripeInbox-" + stage + "-reconcile" }
 
 func remote(ctx context.Context, stage string, from, to time.Time, types []string, slice time.Duration, p *progress) (reconcile.Summary, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	cfg, err := dualstack.Load(ctx)
 	if err != nil {
-		return reconcile.Summary{}, fmt.Errorf("loading AWS configuration: %w", err)
+		return reconcile.Summary{}, err
 	}
 	client := lambda.NewFromConfig(cfg)
 	return invokeSlices(ctx, client, FunctionName(stage), from, to, types, slice, p)

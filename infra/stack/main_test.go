@@ -23,9 +23,9 @@ type synthesized struct {
 }
 
 // The stacks every test reads: dev (two endpoints, an alarm e-mail), prod
-// (defaults), dev with nat=true and keepLegacyAppRole=true (the one upgrade
-// deploy), dev with the former retireLegacyAppRole=true and
-// outboxRelay=false, and a live stage that is not called prod.
+// (defaults), dev with nat=true, the resident worker and keepLegacyAppRole=true
+// (the one upgrade deploy), dev with the former retireLegacyAppRole=true,
+// outboxRelay=false and workerWake=false, and a live stage that is not called prod.
 var dev, prod, natDev, retired, live *synthesized
 
 func TestMain(m *testing.M) {
@@ -81,8 +81,8 @@ func synthesizeAll() (func(*testing.M) int, error) {
 	}{
 		{&dev, map[string]any{"stage": "dev", "endpoints": "billing,connect", "alarmEmail": "ops@example.com"}},
 		{&prod, map[string]any{"stage": "prod"}},
-		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true", "outboxRelay": "false"}},
-		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "latencyP99Alarm": "10s", "keepLegacyAppRole": "true"}},
+		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true", "outboxRelay": "false", "workerWake": "false"}},
+		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "workerPollInterval": "250ms", "latencyP99Alarm": "10s", "keepLegacyAppRole": "true"}},
 		{&live, map[string]any{"stage": "production", "stripeMode": "live"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))

@@ -2,6 +2,8 @@ package stack
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -17,7 +19,18 @@ func fiveMinutes() awscdk.Duration { return awscdk.Duration_Minutes(jsii.Number(
 
 // emf is a metric the functions write in the Embedded Metric Format, with the
 // dimensions internal/metrics stamps on it (Service, Stage).
+//
+// Every metric read here is published by its service (METRICS_PUBLISH,
+// publishMetrics) and no other: a custom metric costs $0.30 a month, so
+// what no alarm or graph reads stays in the log lines only.
 func (b *builder) emf(service, name, statistic string) awscloudwatch.Metric {
+	if b.published == nil {
+		b.published = map[string]map[string]bool{}
+	}
+	if b.published[service] == nil {
+		b.published[service] = map[string]bool{}
+	}
+	b.published[service][name] = true
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:  jsii.String(b.s.MetricsNamespace),
 		MetricName: jsii.String(name),
@@ -39,15 +52,30 @@ func (b *builder) latency(statistic string) awscloudwatch.Metric {
 	return m.With(&awscloudwatch.MetricOptions{Label: jsii.String("receipt to effect " + statistic + " (s)")})
 }
 
-// rejected sums the webhook's Rejected metric over every Reason, and shows
-// one line per reason.
-func (b *builder) rejected() awscloudwatch.MathExpression {
-	return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-		Expression: jsii.String(fmt.Sprintf(
-			`SEARCH('{"%s",Reason,Service,Stage} MetricName="Rejected" Service="webhook" Stage="%s"', 'Sum', 300)`,
-			b.s.MetricsNamespace, b.s.Stage)),
-		Label:  jsii.String("Rejected"),
-		Period: fiveMinutes(),
+// publishMetrics tells each function which of its metrics to publish: the
+// ones the alarms and the dashboard read (emf), nothing else.
+func (b *builder) publishMetrics() {
+	for name, fn := range b.functions {
+		names := slices.Sorted(maps.Keys(b.published[name]))
+		value := "none"
+		if len(names) > 0 {
+			value = strings.Join(names, ",")
+		}
+		fn.AddEnvironment(jsii.String("METRICS_PUBLISH"), jsii.String(value), nil)
+	}
+}
+
+// logQuery is a dashboard widget of a CloudWatch Logs Insights query over
+// a function's log group: the breakdowns (by reason, by type) that are log
+// fields, not metrics. A query is billed only when the widget is viewed
+// ($0.005 per GB scanned).
+func (b *builder) logQuery(title, function, query string, width float64) awscloudwatch.IWidget {
+	return awscloudwatch.NewLogQueryWidget(&awscloudwatch.LogQueryWidgetProps{
+		Title:         jsii.String(title),
+		LogGroupNames: &[]*string{b.functions[function].LogGroup().LogGroupName()},
+		QueryString:   jsii.String(query),
+		Width:         jsii.Number(width),
+		Height:        jsii.Number(6),
 	})
 }
 
@@ -144,7 +172,13 @@ func (b *builder) monitoring() {
 			threshold:   float64(b.s.DBConnectionsAlarm), periods: 2, missing: notBreaching,
 		},
 	}
+	// An Errors alarm for each function someone must act on when it fails
+	// unseen. Not for migrate (a failed run fails the deploy, which shows
+	// it) nor ops (the operator who ran inboxctl reads the error).
 	for _, name := range Functions {
+		if name == "migrate" || name == "ops" {
+			continue
+		}
 		fn := b.functions[name]
 		specs = append(specs, alarmSpec{
 			id:          OutputID(name) + "ErrorsAlarm",
@@ -161,13 +195,11 @@ func (b *builder) monitoring() {
 			"Stripe retries them later; if it persists, raise webhookReservedConcurrency (and check the proxy's connections).", b.s.WebhookReservedConcurrency),
 		metric: webhook.MetricThrottles(sum), threshold: 0, periods: 1, missing: notBreaching,
 	})
-	for _, name := range []string{"worker", "purge"} {
-		specs = append(specs, alarmSpec{
-			id:          OutputID(name) + "ThrottlesAlarm",
-			description: fmt.Sprintf("The %s function was throttled: its reserved concurrency is used up (worker: more overlapping invocations than workerReservedConcurrency, e.g. runs that do not end before their timeout) or the account's concurrency is exhausted.", name),
-			metric:      b.functions[name].MetricThrottles(sum), threshold: 0, periods: 1, missing: notBreaching,
-		})
-	}
+	// No throttle alarm for the worker: a burst of wakes is throttled at
+	// its reserved concurrency by design (internal/wake), and a worker that
+	// cannot run shows as BacklogAge. Nor for the daily purge: a throttled
+	// run is retried by its rule, and one that never runs shows as
+	// PurgeErrors or a growing table (DatabaseFreeStorage).
 	specs = append(specs, b.reconcileAlarms()...)
 	specs = append(specs, b.securityAlarms()...)
 	if b.s.LatencyP99Alarm > 0 {
@@ -229,17 +261,21 @@ func (b *builder) monitoring() {
 				Title: jsii.String("Alarms"), Alarms: &alarms, Width: jsii.Number(24),
 			})},
 			{
-				graph("Webhook: received, duplicate, replaced a listed copy, rejected (by reason)", 12,
-					b.emf("webhook", "Received", "Sum"), b.emf("webhook", "Duplicate", "Sum"), b.emf("webhook", "ListedCopyReplaced", "Sum"), b.rejected()),
-				graph("Webhook: store failures and URL errors", 12,
-					b.emf("webhook", "StoreFailed", "Sum"), url5xx, url4xx),
+				graph("Webhook: store failures, rejected, URL errors", 12,
+					b.emf("webhook", "StoreFailed", "Sum"), b.emf("webhook", "Rejected", "Sum"), url5xx, url4xx),
+				b.logQuery("Webhook: deliveries by outcome, rejections by reason (log fields)", "webhook",
+					"fields @timestamp | filter ispresent(Received) or ispresent(Duplicate) or ispresent(Rejected) or ispresent(ListedCopyReplaced)"+
+						" | stats sum(Received) as received, sum(Duplicate) as duplicate, sum(ListedCopyReplaced) as replaced by bin(5m)"+
+						" | sort @timestamp desc", 12),
 			},
 			{
-				graph("Backlog", 12,
-					b.emf("worker", "BacklogCount", "Maximum"), b.emf("worker", "OldestUnprocessedAgeSeconds", "Maximum")),
-				graph("Worker outcomes", 12,
-					b.emf("worker", "Processed", "Sum"), b.emf("worker", "Failed", "Sum"), b.emf("worker", "Ignored", "Sum"),
+				graph("Backlog: oldest unprocessed (s), needs review, anomalies", 12,
+					b.emf("worker", "OldestUnprocessedAgeSeconds", "Maximum"),
 					b.emf("worker", "NeedsReviewCount", "Maximum"), b.emf("worker", "AnomalyCount", "Maximum")),
+				b.logQuery("Worker: processed, ignored, failed, backlog per run (log fields)", "worker",
+					"fields @timestamp | filter ispresent(Processed)"+
+						" | stats sum(Processed) as processed, sum(Ignored) as ignored, sum(Failed) as failed, max(BacklogCount) as backlog by bin(5m)"+
+						" | sort @timestamp desc", 12),
 			},
 			{
 				graph("Receipt to effect (s): processed_at - received_at per receipt", 24,
@@ -249,8 +285,8 @@ func (b *builder) monitoring() {
 			{
 				graph("Function duration (p99)", 8, durations...),
 				graph("Function errors", 8, errors...),
-				graph("Purge", 8,
-					b.emf("purge", "PurgedReceipts", "Sum"), b.emf("purge", "PurgedOutbox", "Sum"), b.emf("purge", "PurgeDurationMs", "Maximum")),
+				b.logQuery("Purge runs (log fields)", "purge",
+					"fields @timestamp, PurgedReceipts, PurgedOutbox, PurgeDurationMs | filter ispresent(PurgedReceipts) | sort @timestamp desc | limit 20", 8),
 			},
 			{
 				graph("Database connections", 8,
@@ -263,4 +299,5 @@ func (b *builder) monitoring() {
 		},
 	})
 	b.outboxDashboardRow(dashboard, graph)
+	b.publishMetrics()
 }

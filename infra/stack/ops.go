@@ -32,6 +32,7 @@ func (b *builder) opsFunction() {
 		dbUser:      OpsUser,
 		timeout:     awscdk.Duration_Seconds(jsii.Number(30)),
 		reserved:    jsii.Number(2),
+		callsAWS:    true, // STS: the caller's proof
 		env: map[string]string{
 			"MAX_ATTEMPTS":       maxAttempts,
 			"STRIPE_API_VERSION": b.s.StripeAPIVersion,

@@ -22,7 +22,7 @@ import (
 //
 //   - reconcile, outside the VPC: every reconcileSchedule (15 minutes) it
 //     reads the restricted Stripe key from Secrets Manager (over the
-//     internet, not through the VPC endpoint), lists events on Stripe's
+//     internet), lists events on Stripe's
 //     Events API and hands each page to the store function with a
 //     synchronous Lambda Invoke, authorized by IAM (lambda:InvokeFunction on
 //     that one function; the store function has no URL).
@@ -67,6 +67,7 @@ func (b *builder) reconcile() {
 		// Two reconciler runs at most (the schedule and a backfill), one
 		// page at a time each.
 		reserved: jsii.Number(2),
+		callsAWS: true, // STS: the reconciler's proof
 		env: map[string]string{
 			"RECONCILE_ENDPOINTS": b.s.ReconcileEndpoint,
 			"DB_MAX_CONNS":        "2",
@@ -180,26 +181,18 @@ func (b *builder) reconcileAlarms() []alarmSpec {
 
 // reconcileRow is the dashboard's reconciler row.
 func (b *builder) reconcileRow() *[]awscloudwatch.IWidget {
-	byType := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-		Expression: jsii.String(fmt.Sprintf(
-			`SEARCH('{"%s",EventType,Service,Stage} MetricName="EventsFoundMissing" Service="reconcile" Stage="%s"', 'Sum', 300)`,
-			b.s.MetricsNamespace, b.s.Stage)),
-		Label:  jsii.String("found missing"),
-		Period: fiveMinutes(),
-	})
 	graph := func(title string, left ...awscloudwatch.IMetric) awscloudwatch.IWidget {
 		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{
 			Title: jsii.String(title), Width: jsii.Number(12), Height: jsii.Number(6), Left: &left,
 		})
 	}
 	return &[]awscloudwatch.IWidget{
-		graph("Reconciler: pages read, events listed, already present, found missing",
-			b.emf("reconcile", "ReconcilePages", "Sum"), b.emf("reconcile", "ReconcileEvents", "Sum"),
-			b.emf("reconcile", "ReconcileAlreadyPresent", "Sum"), b.emf("reconcile", "EventsFoundMissing", "Sum"),
-			b.emf("reconcile", "ReconcileFailed", "Sum")),
-		graph("Events found missing (never delivered by the webhook), by type", byType),
-		graph("Reconciler: age of the mark (s; the Events API keeps 30 days), window cut at 30 days",
-			b.emf("reconcile", "ReconcileMarkAgeSeconds", "Maximum"), b.emf("reconcile", "ReconcileWindowClamped", "Maximum")),
+		graph("Reconciler: events found missing, failed runs, window cut at 30 days",
+			b.emf("reconcile", "EventsFoundMissing", "Sum"), b.emf("reconcile", "ReconcileFailed", "Sum"),
+			b.emf("reconcile", "ReconcileWindowClamped", "Maximum")),
+		b.logQuery("Reconciler: pages, events listed, already present, found missing by type, age of the mark (log fields)", "reconcile",
+			"fields @timestamp, ReconcilePages, ReconcileEvents, ReconcileAlreadyPresent, EventsFoundMissing, EventType, ReconcileMarkAgeSeconds"+
+				" | filter ispresent(ReconcilePages) or ispresent(EventType) | sort @timestamp desc | limit 50", 12),
 	}
 }
 

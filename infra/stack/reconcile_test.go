@@ -104,8 +104,9 @@ func TestReconcileScheduleAndAlarms(t *testing.T) {
 
 	_, dash := dev.one(t, "AWS::CloudWatch::Dashboard", "Dashboard")
 	body := asJSON(t, props(dash)["DashboardBody"])
-	require.Contains(t, body, "Events found missing")
-	require.Contains(t, body, `MetricName=\\\"EventsFoundMissing\\\"`)
+	require.Contains(t, body, "events found missing")
+	require.Contains(t, body, "found missing by type")
+	require.Contains(t, body, "EventType", "the breakdown by type is a log field (Logs Insights)")
 	require.Contains(t, body, "ReconcileMarkAgeSeconds")
 }
 

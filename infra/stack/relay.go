@@ -5,7 +5,6 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/jsii-runtime-go"
 )
@@ -18,10 +17,11 @@ const OutboxArchiveRetentionDays = 90
 func OutboxBusName(stackName string) string { return stackName + "-outbox" }
 
 // outboxRelay is the outbox relay's part of the stack (internal/outbox runs
-// inside the worker): a custom event bus per stage, an archive on it, an
-// interface VPC endpoint for EventBridge (the functions' subnets have no
-// NAT; the endpoint admits HTTPS from the worker only), the worker's
-// permission to put events on that bus only, and its OUTBOX_BUS. With
+// inside the worker): a custom event bus per stage, an archive on it, the
+// worker's permission to put events on that bus only, and its OUTBOX_BUS.
+// The worker reaches EventBridge's dual-stack host (events.REGION.api.aws)
+// over IPv6 (network()); PutEvents carries no global endpoint id, which
+// would send it to another host. With
 // outboxRelay=false none of it exists and OUTBOX_BUS is unset (relay off).
 func (b *builder) outboxRelay() {
 	if !b.s.OutboxRelay {
@@ -41,20 +41,6 @@ func (b *builder) outboxRelay() {
 	})
 	archive.ApplyRemovalPolicy(b.removal())
 
-	sg := awsec2.NewSecurityGroup(b.stack, jsii.String("EventBridgeEndpointSecurityGroup"), &awsec2.SecurityGroupProps{
-		Vpc:              b.vpc,
-		Description:      jsii.String("EventBridge endpoint: HTTPS from the worker (outbox relay)"),
-		AllowAllOutbound: jsii.Bool(false),
-	})
-	b.eventsEndpoint = b.vpc.AddInterfaceEndpoint(jsii.String("EventBridgeEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
-		Service:           awsec2.InterfaceVpcEndpointAwsService_EVENTBRIDGE(),
-		Subnets:           b.appSubnets,
-		PrivateDnsEnabled: jsii.Bool(true),
-		SecurityGroups:    &[]awsec2.ISecurityGroup{sg},
-		Open:              jsii.Bool(false),
-	})
-	sg.Connections().AllowFrom(worker, awsec2.Port_Tcp(jsii.Number(443)), jsii.String("worker function to EventBridge"))
-
 	b.bus.GrantPutEventsTo(worker, nil) // events:PutEvents on this bus only
 	worker.AddEnvironment(jsii.String("OUTBOX_BUS"), b.bus.EventBusName(), nil)
 }
@@ -71,7 +57,7 @@ func (b *builder) outboxAlarms() []alarmSpec {
 		{
 			id: "OutboxBacklogAgeAlarm",
 			description: fmt.Sprintf("The oldest unpublished outbox row is older than %s, or the worker stopped reporting. "+
-				"Read the worker's log (\"outbox: PutEvents failed\"): IAM, the bus, the EventBridge VPC endpoint, or throttling. Rows are safe in the table.", b.s.BacklogAgeAlarm),
+				"Read the worker's log (\"outbox: PutEvents failed\"): IAM, the bus, the route to EventBridge (IPv6 egress), or throttling. Rows are safe in the table.", b.s.BacklogAgeAlarm),
 			metric:    b.emf("worker", "OutboxOldestAgeSeconds", "Maximum"),
 			threshold: b.s.BacklogAgeAlarm.Seconds(),
 			periods:   1,
@@ -92,12 +78,13 @@ func (b *builder) outboxDashboardRow(d awscloudwatch.Dashboard, graph func(strin
 		return
 	}
 	d.AddWidgets(
-		graph("Outbox: backlog, oldest age (s), waiting for review", 12,
-			b.emf("worker", "OutboxBacklogCount", "Maximum"), b.emf("worker", "OutboxOldestAgeSeconds", "Maximum"),
-			b.emf("worker", "OutboxNeedsReviewCount", "Maximum")),
-		graph("Outbox: published, failed, throttled, failed calls, fenced", 12,
-			b.emf("worker", "OutboxPublished", "Sum"), b.emf("worker", "OutboxFailed", "Sum"), b.emf("worker", "OutboxThrottled", "Sum"),
-			b.emf("worker", "OutboxCallFailed", "Sum"), b.emf("worker", "OutboxFenced", "Sum")),
+		graph("Outbox: oldest unpublished (s), waiting for review", 12,
+			b.emf("worker", "OutboxOldestAgeSeconds", "Maximum"), b.emf("worker", "OutboxNeedsReviewCount", "Maximum")),
+		b.logQuery("Outbox: published, failed, throttled, failed calls, fenced, backlog (log fields)", "worker",
+			"fields @timestamp | filter ispresent(OutboxPublished) or ispresent(OutboxBacklogCount)"+
+				" | stats sum(OutboxPublished) as published, sum(OutboxFailed) as failed, sum(OutboxThrottled) as throttled,"+
+				" sum(OutboxCallFailed) as call_failed, sum(OutboxFenced) as fenced, max(OutboxBacklogCount) as backlog by bin(5m)"+
+				" | sort @timestamp desc", 12),
 	)
 }
 

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -13,22 +14,57 @@ import (
 // schedule, and the reserved concurrency admits the overlapping invocations.
 func TestWorkerInvocationsOverlap(t *testing.T) {
 	t.Parallel()
-	worker := dev.appFunctions(t)["worker"]
+	worker := natDev.appFunctions(t)["worker"] // workerPollInterval=250ms
 	env := environment(worker)
 	timeout := time.Duration(props(worker)["Timeout"].(float64)) * time.Second
 	margin, err := time.ParseDuration(env["DEADLINE_MARGIN"].(string))
 	require.NoError(t, err)
 	poll, err := time.ParseDuration(env["POLL_INTERVAL"].(string))
 	require.NoError(t, err)
-	require.Positive(t, poll, "the deployed worker is resident")
+	require.Positive(t, poll, "this stage's worker is resident")
 
-	_, rule := dev.one(t, "AWS::Events::Rule", "WorkerSchedule")
+	_, rule := natDev.one(t, "AWS::Events::Rule", "WorkerSchedule")
 	period, ok := SchedulePeriod(props(rule)["ScheduleExpression"].(string))
 	require.True(t, ok)
 	require.Greater(t, timeout-margin, period, "consecutive invocations overlap: a poller is always live")
 	reserved := props(worker)["ReservedConcurrentExecutions"].(float64)
 	require.GreaterOrEqual(t, reserved, float64((timeout+period-1)/period), "the overlapping invocations are not throttled")
 	require.Equal(t, 3.0, reserved)
+}
+
+// TestTheWebhookWakesTheWorker: by default the worker is not resident (each
+// run returns when the inbox is empty) and the webhook invokes it
+// asynchronously after each new receipt, allowed to invoke exactly the
+// worker; the schedule stays; workerWake=false removes the wake.
+func TestTheWebhookWakesTheWorker(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod} {
+		fns := s.appFunctions(t)
+		require.Equal(t, "0s", environment(fns["worker"])["POLL_INTERVAL"], "%s: not resident", s.settings.Stage)
+		workerID := ""
+		for id, r := range s.resources("AWS::Lambda::Function") {
+			if asJSON(t, r) == asJSON(t, fns["worker"]) {
+				workerID = id
+			}
+		}
+		require.NotEmpty(t, workerID)
+		require.Equal(t, map[string]any{"Ref": workerID}, environment(fns["webhook"])["WAKE_FUNCTION"], s.settings.Stage)
+		require.Equal(t, 3.0, props(fns["worker"])["ReservedConcurrentExecutions"], "the reservation bounds the runs a burst of wakes starts")
+
+		var invokes []string
+		for policy, sts := range s.statements() {
+			for _, st := range sts {
+				if asJSON(t, st["Action"]) == `"lambda:InvokeFunction"` && strings.Contains(asJSON(t, st["Resource"]), workerID) {
+					invokes = append(invokes, policy)
+				}
+			}
+		}
+		require.Len(t, invokes, 1, "%s: only the webhook may invoke the worker: %v", s.settings.Stage, invokes)
+		require.True(t, strings.HasPrefix(invokes[0], "WebhookFunction"), invokes)
+		_, rule := s.one(t, "AWS::Events::Rule", "WorkerSchedule")
+		require.Equal(t, "rate(1 minute)", props(rule)["ScheduleExpression"], "the schedule is the safety net")
+	}
+	require.NotContains(t, environment(retired.appFunctions(t)["webhook"]), "WAKE_FUNCTION")
 }
 
 // TestListenIsASetting: LISTEN (worker) and NOTIFY (webhook) are off by

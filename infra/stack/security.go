@@ -1,13 +1,11 @@
 package stack
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudtrail"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
@@ -21,20 +19,18 @@ import (
 //
 //   - The store function serves only requests proven to come from the
 //     reconciler's role (internal/invokeproof: a presigned
-//     sts:GetCallerIdentity bound to the request), verified against STS
-//     through an interface endpoint; its resource policy also denies every
-//     other invoker. A refusal is counted (InvokeProofRefused) and alarmed.
+//     sts:GetCallerIdentity bound to the request), verified against STS's
+//     dual-stack host over IPv6 (the signer signs for the same host,
+//     internal/dualstack); its resource policy also denies every other
+//     invoker. A refusal is counted (InvokeProofRefused) and alarmed.
 //   - The ops function learns its caller's verified IAM identity the same
-//     way, through the same endpoint.
-//   - Interface endpoints admit only this account's principals, for this
-//     account's resources.
+//     way.
 //   - The outbox bus denies PutEvents to everyone but the worker's role.
 //   - A CloudTrail trail of the stack's own records every Invoke of the ops
 //     and store functions with the caller's identity (cloudTrailDataEvents).
 //
-// Cost (us-east-1 list prices): the STS interface endpoint is $0.01 per
-// AZ-hour, $14.60 a month in the two AZs, plus $0.01 per GB (a few KB per
-// call); GetCallerIdentity is free. The trail's data events are $0.10 per
+// Cost (us-east-1 list prices; scripts/cost prices the template): the route
+// to STS is the egress-only gateway, free; GetCallerIdentity is free. The trail's data events are $0.10 per
 // 100,000 (the store function is invoked a few times per 15-minute run, the
 // ops function by hand: about 30,000 a month, $0.03), and its S3 bucket
 // holds kilobytes (cents a month for the PUTs of the log files). The
@@ -92,8 +88,6 @@ func (r *reader) legacyAppRole(s *Settings) {
 // security builds what the comment above describes. It runs once every
 // function exists.
 func (b *builder) security() {
-	b.stsRoute()
-	b.endpointPolicies()
 	b.storeInvokers()
 	b.outboxBusPolicy()
 	if b.s.CloudTrailDataEvents {
@@ -103,57 +97,6 @@ func (b *builder) security() {
 		awscdk.Annotations_Of(b.stack).AddWarningV2(jsii.String("stripe-inbox:keepLegacyAppRole"), jsii.String(
 			"keepLegacyAppRole=true keeps the shared database login inbox_app (all rights on every table) and lets the webhook, worker and purge "+
 				"roles connect as it. Use it for exactly one deploy, the upgrade from the release that used it; deploy again without it."), nil)
-	}
-}
-
-// stsRoute is the route the store and ops functions take to STS to verify
-// proofs: an interface endpoint (the functions' subnets have no NAT), which
-// admits HTTPS from those two functions only.
-//
-// Replacing it with IPv6 egress (STS's dual-stack endpoint,
-// sts.REGION.api.aws) needs the same care: egress TCP 443 only, for these
-// two functions only; and the signers (the reconciler, inboxctl) must sign
-// for the host the verifiers call (AWS_USE_DUALSTACK_ENDPOINT on both
-// sides), since the host is part of the signature.
-func (b *builder) stsRoute() {
-	sg := awsec2.NewSecurityGroup(b.stack, jsii.String("StsEndpointSecurityGroup"), &awsec2.SecurityGroupProps{
-		Vpc:              b.vpc,
-		Description:      jsii.String("STS endpoint: HTTPS from the functions that verify callers (store, ops)"),
-		AllowAllOutbound: jsii.Bool(false),
-	})
-	b.stsEndpoint = b.vpc.AddInterfaceEndpoint(jsii.String("StsEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
-		Service:           awsec2.InterfaceVpcEndpointAwsService_STS(),
-		Subnets:           b.appSubnets,
-		PrivateDnsEnabled: jsii.Bool(true),
-		SecurityGroups:    &[]awsec2.ISecurityGroup{sg},
-		Open:              jsii.Bool(false),
-	})
-	for _, name := range []string{"reconcilestore", "ops"} {
-		sg.Connections().AllowFrom(b.functions[name], awsec2.Port_Tcp(jsii.Number(443)), jsii.String(name+" function to STS"))
-	}
-}
-
-// endpointPolicies limit each interface endpoint to what the functions do
-// through it, by this account's principals, on this account's resources
-// (an endpoint's default policy allows any action on any resource of any
-// account, https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-access.html).
-func (b *builder) endpointPolicies() {
-	account := map[string]any{"aws:PrincipalAccount": b.stack.Account()}
-	allow := func(ep awsec2.InterfaceVpcEndpoint, actions []string, resources ...string) {
-		ep.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
-			Actions:    jsii.Strings(actions...),
-			Resources:  jsii.Strings(resources...),
-			Conditions: &map[string]any{"StringEquals": account},
-		}))
-	}
-	arn := func(service, resource string) string {
-		return fmt.Sprintf("arn:%s:%s:%s:%s:%s", *b.stack.Partition(), service, *b.stack.Region(), *b.stack.Account(), resource)
-	}
-	allow(b.endpoint, []string{"secretsmanager:GetSecretValue"}, arn("secretsmanager", "secret:*"))
-	allow(b.stsEndpoint, []string{"sts:GetCallerIdentity"}, "*")
-	if b.eventsEndpoint != nil {
-		allow(b.eventsEndpoint, []string{"events:PutEvents"}, arn("events", "event-bus/*"))
 	}
 }
 

@@ -110,33 +110,24 @@ func TestTheOutboxBusAcceptsEventsOnlyFromTheWorker(t *testing.T) {
 }
 
 // TestFunctionSecurityGroupsHaveNoAllTrafficEgress: each function in the
-// VPC may reach RDS Proxy on 5432, and HTTPS only on the endpoints of the
-// services it calls; nothing else, and never all traffic.
+// VPC may reach RDS Proxy on 5432, and HTTPS to ::/0 (AWS's dual-stack
+// hosts, through the egress-only gateway) only if it calls AWS; nothing
+// else, and never all traffic or any IPv4 address.
 func TestFunctionSecurityGroupsHaveNoAllTrafficEgress(t *testing.T) {
 	t.Parallel()
 	for _, s := range []*synthesized{dev, natDev, retired} {
-		groupOf := map[string]string{} // security group ID → what it guards
-		for id := range s.resources("AWS::EC2::SecurityGroup") {
-			for _, what := range []string{"ProxySecurityGroup", "SecretsManagerEndpointSecurityGroup", "EventBridgeEndpointSecurityGroup", "StsEndpointSecurityGroup"} {
-				if strings.HasPrefix(id, what) {
-					groupOf[id] = strings.TrimSuffix(what, "SecurityGroup")
-				}
-			}
-		}
 		want := map[string][]string{
-			"webhook":        {"5432 Proxy", "443 SecretsManagerEndpoint"},
-			"worker":         {"5432 Proxy", "443 EventBridgeEndpoint"},
+			"webhook":        {"443 ::/0", "5432 Proxy"},
+			"worker":         {"443 ::/0", "5432 Proxy"},
 			"purge":          {"5432 Proxy"},
-			"migrate":        {"5432 Proxy", "443 SecretsManagerEndpoint"},
-			"ops":            {"5432 Proxy", "443 StsEndpoint"},
-			"reconcilestore": {"5432 Proxy", "443 StsEndpoint"},
+			"migrate":        {"443 ::/0", "5432 Proxy"},
+			"ops":            {"443 ::/0", "5432 Proxy"},
+			"reconcilestore": {"443 ::/0", "5432 Proxy"},
 		}
 		if !s.settings.OutboxRelay {
 			want["worker"] = []string{"5432 Proxy"}
 		}
-		for _, w := range want {
-			slices.Sort(w)
-		}
+		proxySG, _ := s.one(t, "AWS::EC2::SecurityGroup", "ProxySecurityGroup")
 		egress := s.resources("AWS::EC2::SecurityGroupEgress")
 		for name, fn := range s.appFunctions(t) {
 			if name == "reconcile" {
@@ -146,12 +137,17 @@ func TestFunctionSecurityGroupsHaveNoAllTrafficEgress(t *testing.T) {
 			require.Len(t, sgs, 1, name)
 			sgID := sgs[0].(map[string]any)["Fn::GetAtt"].([]any)[0].(string)
 			sg := props(s.resources("AWS::EC2::SecurityGroup")[sgID])
-			// CDK's placeholder for "no egress": one rule to 255.255.255.255/32.
+			var got []string
 			for _, rule := range asSlice(sg["SecurityGroupEgress"]) {
 				r := rule.(map[string]any)
-				require.Equal(t, "255.255.255.255/32", r["CidrIp"], "%s %s: inline egress %v", s.settings.Stage, name, r)
+				if r["CidrIp"] == "255.255.255.255/32" {
+					continue // CDK's placeholder for "no egress"
+				}
+				require.NotContains(t, r, "CidrIp", "%s %s: IPv4 egress %v", s.settings.Stage, name, r)
+				require.Equal(t, "tcp", r["IpProtocol"], name)
+				require.Equal(t, r["FromPort"], r["ToPort"], name)
+				got = append(got, strings.TrimSuffix(asJSON(t, r["FromPort"]), ".0")+" "+r["CidrIpv6"].(string))
 			}
-			var got []string
 			for id, e := range egress {
 				p := props(e)
 				if asJSON(t, p["GroupId"]) != asJSON(t, map[string]any{"Fn::GetAtt": []any{sgID, "GroupId"}}) {
@@ -162,42 +158,11 @@ func TestFunctionSecurityGroupsHaveNoAllTrafficEgress(t *testing.T) {
 				require.NotContains(t, p, "CidrIp", id)
 				require.NotContains(t, p, "CidrIpv6", id)
 				dest := p["DestinationSecurityGroupId"].(map[string]any)["Fn::GetAtt"].([]any)[0].(string)
-				got = append(got, strings.TrimSuffix(asJSON(t, p["FromPort"]), ".0")+" "+groupOf[dest])
+				require.Equal(t, proxySG, dest, id)
+				got = append(got, strings.TrimSuffix(asJSON(t, p["FromPort"]), ".0")+" Proxy")
 			}
 			slices.Sort(got)
 			require.Equal(t, want[name], got, "%s: %s's egress", s.settings.Stage, name)
-		}
-	}
-}
-
-// TestInterfaceEndpointsAdmitOnlyThisAccount: every interface endpoint's
-// policy allows its service's one action, to this account's principals, on
-// this account's resources (STS's GetCallerIdentity has no resource).
-func TestInterfaceEndpointsAdmitOnlyThisAccount(t *testing.T) {
-	t.Parallel()
-	want := map[string]string{".secretsmanager": "secretsmanager:GetSecretValue", ".events": "events:PutEvents", ".sts": "sts:GetCallerIdentity"}
-	for _, s := range []*synthesized{dev, natDev, retired} {
-		for id, ep := range s.resources("AWS::EC2::VPCEndpoint") {
-			p := props(ep)
-			service := asJSON(t, p["ServiceName"])
-			var action string
-			for suffix, a := range want {
-				if strings.Contains(service, `"`+suffix+`"`) {
-					action = a
-				}
-			}
-			require.NotEmpty(t, action, "%s: an endpoint for %s", id, service)
-			doc, ok := p["PolicyDocument"].(map[string]any)
-			require.True(t, ok, "%s has no policy (the default allows everything)", id)
-			sts := doc["Statement"].([]any)
-			require.Len(t, sts, 1, id)
-			st := sts[0].(map[string]any)
-			require.Equal(t, "Allow", st["Effect"], id)
-			require.Equal(t, action, st["Action"], id)
-			require.Equal(t, map[string]any{"StringEquals": map[string]any{"aws:PrincipalAccount": map[string]any{"Ref": "AWS::AccountId"}}}, st["Condition"], id)
-			if action != "sts:GetCallerIdentity" {
-				require.Contains(t, asJSON(t, st["Resource"]), `{"Ref":"AWS::AccountId"}`, id)
-			}
 		}
 	}
 }

@@ -55,10 +55,9 @@ type Settings struct {
 	// secret and URL path (endpoints; default ["billing"]; a JSON array or
 	// a comma-separated string).
 	Endpoints []string
-	// NAT gives the functions a NAT gateway and internet egress (nat;
+	// NAT gives the functions a NAT gateway and IPv4 internet egress (nat;
 	// default false). Nothing in the project needs it: the functions reach
-	// Secrets Manager through an interface endpoint and the database inside
-	// the VPC.
+	// AWS over IPv6 (network()) and the database inside the VPC.
 	NAT bool
 	// BacklogAgeAlarm is the age of the oldest unprocessed receipt that
 	// raises the backlog alarm (backlogAgeAlarm; default 10m).
@@ -96,9 +95,16 @@ type Settings struct {
 	// accepted and changes nothing.
 	RetireLegacyAppRole bool
 	// WorkerPollInterval makes each scheduled worker invocation resident
-	// (workerPollInterval; default 250ms; 0 = scheduled-only: return once
-	// the inbox is empty). It becomes the worker's POLL_INTERVAL.
+	// (workerPollInterval; default 0: each run returns once the inbox is
+	// empty; 250ms keeps a poller live, the former default, about $10 a
+	// month more). It becomes the worker's POLL_INTERVAL.
 	WorkerPollInterval time.Duration
+	// WorkerWake makes the webhook start a worker run after each new
+	// receipt commits, with an asynchronous Invoke (workerWake; default
+	// true; internal/wake). With it the worker need not be resident for
+	// sub-second receipt-to-effect; the schedule stays as the safety net.
+	// The worker's reserved concurrency bounds the runs a burst starts.
+	WorkerWake bool
 	// WorkerTimeout is the worker function's timeout (workerTimeout;
 	// default 100s). A resident invocation polls until WorkerTimeout -
 	// WorkerDeadlineMargin (70s), so with rate(1 minute) consecutive
@@ -126,8 +132,8 @@ type Settings struct {
 	// here, for a gain of at most WorkerPollInterval (250 ms) in latency
 	// that the polling already keeps under the 1 s p50 goal.
 	WorkerListen bool
-	// OutboxRelay creates the outbox relay's event bus, archive, EventBridge
-	// VPC endpoint, permission, alarms and dashboard row, and sets the
+	// OutboxRelay creates the outbox relay's event bus, archive,
+	// permission, alarms and dashboard row, and sets the
 	// worker's OUTBOX_BUS (outboxRelay; default true). false removes all of
 	// it: outbox rows then stay in the table for a consumer of it.
 	OutboxRelay bool
@@ -254,7 +260,8 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 		r.addf("metricsNamespace=%q: must be a custom CloudWatch namespace (letters, digits, . _ - / # :), not AWS/...", s.MetricsNamespace)
 	}
 	r.legacyAppRole(&s)
-	s.WorkerPollInterval = r.fineDuration("workerPollInterval", 250*time.Millisecond, 10*time.Millisecond, time.Minute, true)
+	s.WorkerPollInterval = r.fineDuration("workerPollInterval", 0, 10*time.Millisecond, time.Minute, true)
+	s.WorkerWake = r.boolean("workerWake", true)
 	s.WorkerTimeout = r.duration("workerTimeout", 100*time.Second, 10*time.Second, 15*time.Minute)
 	s.WorkerReservedConcurrency = r.integer("workerReservedConcurrency", 3, 1, 100)
 	s.WorkerListen = r.boolean("workerListen", false)

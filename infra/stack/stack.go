@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
@@ -113,13 +114,10 @@ type builder struct {
 	vpc         awsec2.Vpc
 	appSubnets  *awsec2.SubnetSelection
 	dataSubnets *awsec2.SubnetSelection
-	endpoint    awsec2.InterfaceVpcEndpoint // Secrets Manager
-	endpointSG  awsec2.SecurityGroup
-	// eventsEndpoint (nil with outboxRelay=false) and stsEndpoint: see
-	// relay.go and security.go.
-	eventsEndpoint awsec2.InterfaceVpcEndpoint
-	stsEndpoint    awsec2.InterfaceVpcEndpoint
-	flowLogGroup   awslogs.LogGroup
+	// egress is the egress-only gateway and the isolated subnets (with
+	// their ::/0 routes): the migrate trigger runs after them.
+	egress       []constructs.IConstruct
+	flowLogGroup awslogs.LogGroup
 
 	db          awsrds.DatabaseInstance
 	dbSG        awsec2.SecurityGroup
@@ -140,6 +138,10 @@ type builder struct {
 
 	// legacySecret is LegacyAppUser's secret; nil once it is retired.
 	legacySecret awsrds.DatabaseSecret
+
+	// published: by service, the metrics the alarms and the dashboard read
+	// (emf); each function publishes those only (publishMetrics).
+	published map[string]map[string]bool
 }
 
 func (b *builder) removal() awscdk.RemovalPolicy {
@@ -149,10 +151,27 @@ func (b *builder) removal() awscdk.RemovalPolicy {
 	return awscdk.RemovalPolicy_DESTROY
 }
 
-// network is a VPC over two AZs. The database and proxy sit in isolated
-// subnets. The functions sit in isolated subnets too, reaching Secrets
-// Manager through an interface endpoint, unless nat=true gives them private
-// subnets behind one NAT gateway.
+// network is a dual-stack VPC over two AZs. The database, the proxy and the
+// functions sit in isolated subnets (no IPv4 route out, no NAT); the
+// functions that call AWS APIs leave over IPv6 through an egress-only
+// internet gateway, which has no hourly charge and admits no connection
+// from outside (https://docs.aws.amazon.com/vpc/latest/userguide/egress-only-internet-gateway.html).
+// nat=true adds private subnets behind one NAT gateway for the functions.
+//
+// CDK's Vpc with IpProtocol DUAL_STACK gives the VPC an Amazon-provided
+// /56 (AWS::EC2::VPCCidrBlock) and each subnet a /64 with
+// AssignIpv6AddressOnCreation, but adds the ::/0 route to the egress-only
+// gateway to PRIVATE_WITH_EGRESS subnets only (aws-ec2/lib/vpc.js in the
+// pinned aws-cdk-lib: privateSubnets.forEach(addIpv6DefaultEgressOnlyInternetRoute)),
+// and creates the gateway itself only without the feature flag
+// @aws-cdk/aws-ec2:requirePrivateSubnetsForEgressOnlyInternetGateway or
+// with private subnets. So the isolated subnets get the route here, to
+// CDK's gateway (EIGW6) or to one made here when CDK made none.
+//
+// An existing stage's upgrade keeps its VPC and subnets (same logical ids,
+// same IPv4 CIDRs, AZs and VPC): CloudFormation adds the IPv6 block and
+// modifies each subnet in place (TestUpgradeModifiesTheSubnets; check the
+// change set, docs/deployment.md).
 func (b *builder) network() {
 	subnets := []*awsec2.SubnetConfiguration{
 		{Name: jsii.String("data"), SubnetType: awsec2.SubnetType_PRIVATE_ISOLATED, CidrMask: jsii.Number(24)},
@@ -163,7 +182,10 @@ func (b *builder) network() {
 	if b.s.NAT {
 		nat = 1
 		subnets = append(subnets,
-			&awsec2.SubnetConfiguration{Name: jsii.String("public"), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24)},
+			// MapPublicIpOnLaunch as before dual-stack (CDK turns it off
+			// for dual-stack public subnets): nothing launches there but
+			// the NAT gateway, which has its own address.
+			&awsec2.SubnetConfiguration{Name: jsii.String("public"), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24), MapPublicIpOnLaunch: jsii.Bool(true)},
 			&awsec2.SubnetConfiguration{Name: jsii.String("app"), SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS, CidrMask: jsii.Number(22)},
 		)
 		b.appSubnets = &awsec2.SubnetSelection{SubnetGroupName: jsii.String("app")}
@@ -174,6 +196,7 @@ func (b *builder) network() {
 	})
 	b.vpc = awsec2.NewVpc(b.stack, jsii.String("Vpc"), &awsec2.VpcProps{
 		IpAddresses:         awsec2.IpAddresses_Cidr(jsii.String("10.40.0.0/16")),
+		IpProtocol:          awsec2.IpProtocol_DUAL_STACK,
 		MaxAzs:              jsii.Number(2),
 		NatGateways:         jsii.Number(nat),
 		SubnetConfiguration: &subnets,
@@ -184,20 +207,34 @@ func (b *builder) network() {
 			},
 		},
 	})
-	// The endpoint admits HTTPS only from the security groups granted in
-	// lambdas() (the functions that read secrets), not the whole VPC.
-	b.endpointSG = awsec2.NewSecurityGroup(b.stack, jsii.String("SecretsManagerEndpointSecurityGroup"), &awsec2.SecurityGroupProps{
-		Vpc:              b.vpc,
-		Description:      jsii.String("Secrets Manager endpoint: HTTPS from the functions that read secrets"),
-		AllowAllOutbound: jsii.Bool(false),
-	})
-	b.endpoint = b.vpc.AddInterfaceEndpoint(jsii.String("SecretsManagerEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
-		Service:           awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER(),
-		Subnets:           b.appSubnets,
-		PrivateDnsEnabled: jsii.Bool(true),
-		SecurityGroups:    &[]awsec2.ISecurityGroup{b.endpointSG},
-		Open:              jsii.Bool(false),
-	})
+	var eigw string
+	if c, ok := b.vpc.Node().TryFindChild(jsii.String("EIGW6")).(awsec2.CfnEgressOnlyInternetGateway); ok && c != nil {
+		eigw = *c.Ref()
+		b.egress = append(b.egress, c)
+	} else {
+		g := awsec2.NewCfnEgressOnlyInternetGateway(b.vpc, jsii.String("EgressOnlyIgw"), &awsec2.CfnEgressOnlyInternetGatewayProps{
+			VpcId: b.vpc.VpcId(),
+		})
+		eigw = *g.Ref()
+		b.egress = append(b.egress, g)
+	}
+	for _, sn := range *b.vpc.IsolatedSubnets() {
+		sn.(awsec2.Subnet).AddIpv6DefaultEgressOnlyInternetRoute(jsii.String(eigw))
+		b.egress = append(b.egress, sn)
+	}
+}
+
+// callAWSOverIPv6 lets fn reach AWS APIs: outbound IPv6 from its dual-stack
+// subnets (Lambda's Ipv6AllowedForDualStack, off by default:
+// https://docs.aws.amazon.com/lambda/latest/dg/API_VpcConfig.html) and
+// HTTPS to ::/0 in its security group. The SDK clients pick the dual-stack
+// hosts (internal/dualstack); nothing else leaves: no IPv4 route out
+// exists, and the group allows only 443.
+func (b *builder) callAWSOverIPv6(name string, fn awslambda.Function) {
+	for _, sg := range *fn.Connections().SecurityGroups() {
+		sg.AddEgressRule(awsec2.Peer_AnyIpv6(), awsec2.Port_Tcp(jsii.Number(443)),
+			jsii.String(name+" function to AWS APIs over IPv6 (egress-only gateway)"), jsii.Bool(false))
+	}
 }
 
 // database is RDS PostgreSQL (encrypted, private, TLS forced, backed up) and
@@ -338,6 +375,10 @@ type function struct {
 	timeout     awscdk.Duration
 	env         map[string]string
 	reserved    *float64
+	// callsAWS: the function calls AWS APIs (Secrets Manager, STS,
+	// EventBridge, Lambda) and leaves the VPC over IPv6 for them
+	// (callAWSOverIPv6).
+	callsAWS bool
 	// maxEventAge, when set, marks a function EventBridge invokes
 	// asynchronously on a schedule: Lambda's own async retries are turned
 	// off and an event older than this is dropped (see newFunction).
@@ -358,6 +399,7 @@ func (b *builder) lambdas() {
 			dbUser:      WebhookUser,
 			timeout:     awscdk.Duration_Seconds(jsii.Number(10)),
 			reserved:    jsii.Number(float64(b.s.WebhookReservedConcurrency)),
+			callsAWS:    true, // Secrets Manager; Lambda (the wake)
 			env: map[string]string{
 				"SIGNING_SECRET_ARNS": strings.Join(arns, ","),
 				"DB_MAX_CONNS":        "2",
@@ -375,6 +417,7 @@ func (b *builder) lambdas() {
 			// bounds how many overlap.
 			timeout:  awscdk.Duration_Seconds(jsii.Number(b.s.WorkerTimeout.Seconds())),
 			reserved: jsii.Number(float64(b.s.WorkerReservedConcurrency)),
+			callsAWS: b.s.OutboxRelay, // EventBridge PutEvents
 			env: map[string]string{
 				// Checked against internal/config's validation by
 				// TestFunctionEnvironmentsPassConfigValidation.
@@ -414,6 +457,7 @@ func (b *builder) lambdas() {
 			description: "Deploy step: keeps the database roles in shape, migrates as the schema owner, grants",
 			dbUser:      MasterUser,
 			timeout:     awscdk.Duration_Minutes(jsii.Number(10)),
+			callsAWS:    true, // Secrets Manager
 			env: map[string]string{
 				"SCHEMA_OWNER_ROLE":     SchemaOwnerRole,
 				"WEBHOOK_DB_USER":       WebhookUser,
@@ -456,9 +500,17 @@ func (b *builder) lambdas() {
 	for _, secret := range b.userSecrets {
 		secret.GrantRead(b.functions["migrate"], nil)
 	}
-	for _, name := range []string{"webhook", "migrate"} {
-		b.endpointSG.Connections().AllowFrom(b.functions[name], awsec2.Port_Tcp(jsii.Number(443)),
-			jsii.String(name+" function to Secrets Manager"))
+	if b.s.WorkerWake {
+		// The webhook starts a worker run after each new receipt
+		// (internal/wake): an asynchronous Invoke of this function only.
+		worker := b.functions["worker"]
+		b.functions["webhook"].AddEnvironment(jsii.String("WAKE_FUNCTION"), worker.FunctionName(), nil)
+		// Exactly the worker, unqualified (the webhook invokes it by
+		// name): no version or alias wildcard.
+		b.functions["webhook"].AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings("lambda:InvokeFunction"),
+			Resources: &[]*string{worker.FunctionArn()},
+		}))
 	}
 	b.functionURL = b.functions["webhook"].AddFunctionUrl(&awslambda.FunctionUrlOptions{
 		// Stripe cannot sign requests with SigV4; the Stripe-Signature
@@ -493,8 +545,8 @@ func (b *builder) newFunction(f function) awslambda.Function {
 	for _, k := range keys {
 		env[k] = jsii.String(f.env[k])
 	}
-	// No egress but the rules the grants add: RDS Proxy on 5432, HTTPS to
-	// the endpoints of the services the function calls (security.go).
+	// No egress but RDS Proxy on 5432 and, for a function that calls AWS,
+	// HTTPS to ::/0 (callAWSOverIPv6).
 	sg := awsec2.NewSecurityGroup(b.stack, jsii.String(id+"SecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:              b.vpc,
 		Description:      jsii.String(fmt.Sprintf("%s function: egress only to RDS Proxy and the endpoints it calls", f.name)),
@@ -517,6 +569,7 @@ func (b *builder) newFunction(f function) awslambda.Function {
 		Vpc:                          b.vpc,
 		VpcSubnets:                   b.appSubnets,
 		SecurityGroups:               &[]awsec2.ISecurityGroup{sg},
+		Ipv6AllowedForDualStack:      jsii.Bool(f.callsAWS),
 		LogGroup:                     logs,
 		LoggingFormat:                awslambda.LoggingFormat_JSON,
 	}
@@ -535,6 +588,9 @@ func (b *builder) newFunction(f function) awslambda.Function {
 		props.MaxEventAge = f.maxEventAge
 	}
 	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), props)
+	if f.callsAWS {
+		b.callAWSOverIPv6(f.name, fn)
+	}
 	b.proxy.Connections().AllowFrom(fn, awsec2.Port_Tcp(jsii.Number(databasePort)), jsii.String(f.name+" function to RDS Proxy"))
 	b.proxy.GrantConnect(fn, jsii.String(f.dbUser))
 	return fn
@@ -551,11 +607,22 @@ func (b *builder) migrateOnDeploy() {
 		InvocationType:         triggers.InvocationType_REQUEST_RESPONSE,
 		Timeout:                awscdk.Duration_Minutes(jsii.Number(10)),
 		ExecuteOnHandlerChange: jsii.Bool(true),
-		ExecuteAfter:           &[]constructs.Construct{b.db, b.proxy, b.proxySG, b.endpoint, b.endpointSG},
+		ExecuteAfter:           b.migrateAfter(),
 		ExecuteBefore: &[]constructs.Construct{
 			b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["ops"], b.functions["reconcilestore"],
 		},
 	})
+}
+
+// migrateAfter is what the migrate function needs before it runs: the
+// database, the proxy, and its way to Secrets Manager (the egress-only
+// gateway and the subnets' routes to it).
+func (b *builder) migrateAfter() *[]constructs.Construct {
+	after := []constructs.Construct{b.db, b.proxy, b.proxySG}
+	for _, c := range b.egress {
+		after = append(after, c.(constructs.Construct))
+	}
+	return &after
 }
 
 // schedules run the worker every minute (concurrent runs are safe: claims

@@ -2,6 +2,8 @@ package stack
 
 import (
 	"encoding/json"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -498,7 +500,7 @@ func TestAlarms(t *testing.T) {
 	}
 	for metric, count := range map[string]int{
 		"OldestUnprocessedAgeSeconds": 1, "NeedsReviewCount": 1, "AnomalyCount": 1, "StoreFailed": 1,
-		"Url5xxCount": 1, "Errors": 7, "Throttles": 3, "UnexpectedApiVersion": 1, "FreeStorageSpace": 1, "DatabaseConnections": 1,
+		"Url5xxCount": 1, "Errors": 5, "Throttles": 1, "UnexpectedApiVersion": 1, "FreeStorageSpace": 1, "DatabaseConnections": 1,
 		"EventsFoundMissing": 1, "ReconcileWindowClamped": 1,
 	} {
 		require.Len(t, byMetric[metric], count, metric)
@@ -556,13 +558,63 @@ func TestAlarms(t *testing.T) {
 	require.Empty(t, prod.resources("AWS::SNS::Subscription"))
 }
 
+// TestEachFunctionPublishesWhatTheAlarmsAndDashboardRead: METRICS_PUBLISH
+// of each function lists exactly the custom metrics of its service that an
+// alarm or a dashboard graph reads (each $0.30 a month); the rest stay in
+// the log lines (the dashboard's Logs Insights widgets read them).
+func TestEachFunctionPublishesWhatTheAlarmsAndDashboardRead(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*synthesized{dev, prod, retired} {
+		read := map[string]map[string]bool{}
+		note := func(service, name string) {
+			if read[service] == nil {
+				read[service] = map[string]bool{}
+			}
+			read[service][name] = true
+		}
+		for _, a := range s.resources("AWS::CloudWatch::Alarm") {
+			for _, m := range asSlice(props(a)["Metrics"]) {
+				stat, ok := m.(map[string]any)["MetricStat"].(map[string]any)
+				if !ok {
+					continue
+				}
+				metric := stat["Metric"].(map[string]any)
+				if metric["Namespace"] != "StripeInbox" {
+					continue
+				}
+				for _, d := range asSlice(metric["Dimensions"]) {
+					if d.(map[string]any)["Name"] == "Service" {
+						note(d.(map[string]any)["Value"].(string), metric["MetricName"].(string))
+					}
+				}
+			}
+		}
+		_, dash := s.one(t, "AWS::CloudWatch::Dashboard", "Dashboard")
+		body := asJSON(t, props(dash)["DashboardBody"])
+		require.NotContains(t, body, "SEARCH(", "a SEARCH reads metrics by an extra dimension, which are not published")
+		for _, m := range regexp.MustCompile(`\\"StripeInbox\\",\\"([A-Za-z]+)\\",\\"Service\\",\\"([a-z]+)\\"`).FindAllStringSubmatch(body, -1) {
+			note(m[2], m[1])
+		}
+		for name, fn := range s.appFunctions(t) {
+			want := slices.Sorted(maps.Keys(read[name]))
+			got := environment(fn)["METRICS_PUBLISH"]
+			if len(want) == 0 {
+				require.Equal(t, "none", got, "%s %s", s.settings.Stage, name)
+				continue
+			}
+			require.Equal(t, strings.Join(want, ","), got, "%s %s", s.settings.Stage, name)
+		}
+	}
+	require.Contains(t, environment(dev.appFunctions(t)["worker"])["METRICS_PUBLISH"], "ReceiptToEffectSeconds")
+}
+
 func TestDashboard(t *testing.T) {
 	t.Parallel()
 	_, dash := dev.one(t, "AWS::CloudWatch::Dashboard", "Dashboard")
 	require.Equal(t, "StripeInbox-dev", props(dash)["DashboardName"])
 	body := asJSON(t, props(dash)["DashboardBody"])
 	for _, want := range []string{
-		`SEARCH('{\\\"StripeInbox\\\",Reason,Service,Stage} MetricName=\\\"Rejected\\\" Service=\\\"webhook\\\" Stage=\\\"dev\\\"', 'Sum', 300)`,
+		"stats sum(Received) as received", "Rejected",
 		"Received", "Duplicate", "ListedCopyReplaced", "BacklogCount", "OldestUnprocessedAgeSeconds", "Processed", "Failed", "Ignored",
 		"NeedsReviewCount", "AnomalyCount", "PurgedReceipts", "Duration", "Errors", "DatabaseConnections",
 	} {
@@ -574,7 +626,7 @@ func TestMigrationsRunBeforeTheFunctions(t *testing.T) {
 	t.Parallel()
 	triggerID, trigger := dev.one(t, "Custom::Trigger", "MigrateOnDeploy")
 	after := dependsOn(trigger)
-	for _, prefix := range []string{"Database", "Proxy", "ProxyProxyTargetGroup", "VpcSecretsManagerEndpoint", "ProxySecurityGroupfrom"} {
+	for _, prefix := range []string{"Database", "Proxy", "ProxyProxyTargetGroup", "VpcEgressOnlyIgw", "VpcdataSubnet1DefaultRoute6", "VpcdataSubnet2DefaultRoute6", "ProxySecurityGroupfrom"} {
 		require.True(t, slices.ContainsFunc(after, func(id string) bool { return strings.HasPrefix(id, prefix) }),
 			"the trigger must run after %s*: %v", prefix, after)
 	}
@@ -649,7 +701,7 @@ func TestNATIsOffByDefault(t *testing.T) {
 	t.Parallel()
 	require.Empty(t, dev.resources("AWS::EC2::NatGateway"))
 	require.Empty(t, dev.resources("AWS::EC2::InternetGateway"))
-	require.Len(t, dev.resources("AWS::EC2::VPCEndpoint"), 3, "Secrets Manager, EventBridge for the outbox relay, STS for the callers' identities")
+	require.Empty(t, dev.resources("AWS::EC2::VPCEndpoint"), "AWS APIs over IPv6 (network_test.go)")
 
 	require.Len(t, natDev.resources("AWS::EC2::NatGateway"), 1)
 	subnets := natDev.resources("AWS::EC2::Subnet")

@@ -12,18 +12,20 @@ import (
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/config"
 	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/dualstack"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/retention"
 	"github.com/stripe-inbox/inbox/internal/secrets"
+	"github.com/stripe-inbox/inbox/internal/wake"
 	"github.com/stripe-inbox/inbox/internal/webhook"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
@@ -47,13 +49,10 @@ func Fail(logger *slog.Logger, what string, err error) {
 
 // awsConfig loads the SDK's default configuration (region and credentials
 // from the Lambda environment; AWS_ENDPOINT_URL_SECRETS_MANAGER and the like
-// are honoured).
+// are honoured) with the dual-stack endpoints on: the functions in the VPC
+// reach AWS over IPv6 only (internal/dualstack).
 func awsConfig(ctx context.Context) (aws.Config, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return aws.Config{}, fmt.Errorf("loading AWS configuration: %w", err)
-	}
-	return cfg, nil
+	return dualstack.Load(ctx)
 }
 
 // Pool opens the database pool for c, loading AWS credentials only when the
@@ -72,7 +71,11 @@ func Pool(ctx context.Context, c database.Config) (*pgxpool.Pool, error) {
 
 // Metrics returns the EMF emitter for c.
 func Metrics(w io.Writer, c config.Common) *metrics.Emitter {
-	return metrics.New(w, c.MetricsNamespace, c.MetricsDimensions)
+	em := metrics.New(w, c.MetricsNamespace, c.MetricsDimensions)
+	if c.MetricsPublish != nil {
+		em.Publish(c.MetricsPublish)
+	}
+	return em
 }
 
 // Webhook is the webhook function's wiring.
@@ -108,6 +111,19 @@ func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out 
 	if err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if c.WakeFunction != "" {
+		cfg, err := awsConfig(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		w, err := wake.NewLambda(lambda.NewFromConfig(cfg), c.WakeFunction, c.WakeTimeout)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		h.WakeWith(w)
 	}
 	return &Webhook{Handler: h, Pool: pool, Keyring: keyring}, nil
 }

@@ -95,6 +95,9 @@ func NewReconciler(ctx context.Context, c config.Reconcile, logger *slog.Logger,
 		sink = reconcile.DBSink{DB: r.Pool}
 	}
 	em := metrics.New(out, c.MetricsNamespace, c.MetricsDimensions)
+	if c.MetricsPublish != nil {
+		em.Publish(c.MetricsPublish)
+	}
 	if r.Reconciler, err = reconcile.New(sink, client, c.Reconcile, logger, em); err != nil {
 		if r.Pool != nil {
 			r.Pool.Close()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"regexp"
 	"strings"
 
 	"github.com/stripe-inbox/inbox/internal/database"
@@ -47,7 +48,12 @@ type Common struct {
 	Database          database.Config
 	MetricsNamespace  string
 	MetricsDimensions map[string]string
-	LogLevel          slog.Level // LOG_LEVEL
+	// MetricsPublish (METRICS_PUBLISH): nil publishes every metric;
+	// otherwise only these names, with the base dimensions
+	// (metrics.Emitter.Publish); "none" publishes nothing. The stack sets
+	// it to the metrics its alarms and dashboard read.
+	MetricsPublish []string
+	LogLevel       slog.Level // LOG_LEVEL
 }
 
 // metricsSettings reads METRICS_NAMESPACE and METRICS_DIMENSIONS (also for
@@ -71,9 +77,34 @@ func (p *problems) metricsSettings(env Env, app string) (string, map[string]stri
 	return ns, dims
 }
 
+// metricsPublish reads METRICS_PUBLISH: unset, "none", or metric names
+// separated by commas.
+func (p *problems) metricsPublish(env Env) []string {
+	raw := strings.TrimSpace(env("METRICS_PUBLISH"))
+	switch raw {
+	case "":
+		return nil
+	case "none":
+		return []string{}
+	}
+	var names []string
+	for _, n := range strings.Split(raw, ",") {
+		n = strings.TrimSpace(n)
+		if !metricName.MatchString(n) {
+			p.addf("METRICS_PUBLISH=%q: must be none or metric names (letters, digits, _) separated by commas", raw)
+			return nil
+		}
+		names = append(names, n)
+	}
+	return names
+}
+
+var metricName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,254}$`)
+
 func (p *problems) common(env Env, app string, defaultConns int) Common {
 	c := Common{LogLevel: p.logLevel(env)}
 	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, app)
+	c.MetricsPublish = p.metricsPublish(env)
 	c.Database = p.database(env, app, defaultConns)
 	return c
 }

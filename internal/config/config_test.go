@@ -170,6 +170,21 @@ func TestWebhookNotify(t *testing.T) {
 	require.ErrorContains(t, err, `NOTIFY="sometimes": must be on or off`)
 }
 
+func TestWebhookWake(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.Empty(t, c.WakeFunction, "no wake unless the stack names the worker")
+	require.Equal(t, time.Second, c.WakeTimeout)
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a",
+		"WAKE_FUNCTION", "StripeInbox-dev-worker", "WAKE_TIMEOUT", "500ms"))
+	require.NoError(t, err)
+	require.Equal(t, "StripeInbox-dev-worker", c.WakeFunction)
+	require.Equal(t, 500*time.Millisecond, c.WakeTimeout)
+	_, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WAKE_TIMEOUT", "30s"))
+	require.ErrorContains(t, err, "WAKE_TIMEOUT")
+}
+
 // TestLocalResidentWorkerAlwaysHasAPoller: the local runner's defaults keep
 // a poller live between runs at any WORKER_INTERVAL (the arithmetic of
 // overlapping runs: timeout - margin > interval).
@@ -209,4 +224,31 @@ func TestLocal(t *testing.T) {
 	require.ErrorContains(t, err, `STRIPE_MODE="Live"`)
 	_, err = config.LoadLocal(env("STRIPE_WEBHOOK_SECRET", "whsec_a"))
 	require.ErrorContains(t, err, "DATABASE_URL is required locally")
+}
+
+func TestLocalWorkerWake(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.False(t, c.WorkerWake, "off by default: the local runner's schedule as before")
+	c, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_WAKE", "on", "POLL_INTERVAL", "0"))
+	require.NoError(t, err)
+	require.True(t, c.WorkerWake)
+	_, err = config.LoadLocal(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "WORKER_WAKE", "on", "LOCAL_COMPONENTS", "webhook"))
+	require.ErrorContains(t, err, "WORKER_WAKE=on: the webhook wakes the worker, so LOCAL_COMPONENTS must list both")
+}
+
+func TestMetricsPublish(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a"))
+	require.NoError(t, err)
+	require.Nil(t, c.MetricsPublish, "unset: every metric is published")
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_PUBLISH", "Rejected, StoreFailed"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"Rejected", "StoreFailed"}, c.MetricsPublish)
+	c, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_PUBLISH", "none"))
+	require.NoError(t, err)
+	require.Equal(t, []string{}, c.MetricsPublish)
+	_, err = config.LoadWebhook(env("DATABASE_URL", localDB, "STRIPE_WEBHOOK_SECRET", "whsec_a", "METRICS_PUBLISH", "Rejected;Received"))
+	require.ErrorContains(t, err, "METRICS_PUBLISH")
 }

@@ -25,6 +25,12 @@ type Local struct {
 	// STRIPE_API_KEY is set (see loadLocalReconcile).
 	Reconcile         Reconcile
 	ReconcileInterval time.Duration
+	// WorkerWake (WORKER_WAKE=on; default off) makes the local webhook
+	// start a worker run after each new receipt commits, as the deployed
+	// webhook does with an asynchronous Invoke (internal/wake); the
+	// WORKER_INTERVAL schedule keeps running beside it. Needs both the
+	// webhook and the worker in LOCAL_COMPONENTS.
+	WorkerWake bool
 }
 
 // LocalWorkerTimeout is the local runner's default WORKER_TIMEOUT for a
@@ -128,6 +134,10 @@ func LoadLocal(env Env) (Local, error) {
 		if wc.DeadlineMargin >= l.WorkerTimeout {
 			p.addf("WORKER_TIMEOUT=%s must be longer than DEADLINE_MARGIN=%s", l.WorkerTimeout, wc.DeadlineMargin)
 		}
+	}
+	l.WorkerWake = p.onOff(env, "WORKER_WAKE", false)
+	if l.WorkerWake && (!l.Runs("webhook") || !l.Runs("worker")) {
+		p.addf("WORKER_WAKE=on: the webhook wakes the worker, so LOCAL_COMPONENTS must list both (it lists %s)", strings.Join(l.Components, ","))
 	}
 	if l.Runs("purge") {
 		if l.Purge, err = LoadPurge(env); err != nil {

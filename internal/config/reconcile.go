@@ -25,6 +25,8 @@ const DefaultStripeAPIBase = "https://api.stripe.com"
 type Reconcile struct {
 	MetricsNamespace  string
 	MetricsDimensions map[string]string
+	// MetricsPublish: see Common.MetricsPublish (METRICS_PUBLISH).
+	MetricsPublish []string
 	// Database is set when StoreFunction is not: the reconciler stores
 	// directly.
 	Database database.Config
@@ -85,6 +87,7 @@ func LoadReconcile(env Env) (Reconcile, error) {
 	var p problems
 	var c Reconcile
 	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, "reconcile")
+	c.MetricsPublish = p.metricsPublish(env)
 	c.LogLevel = p.logLevel(env)
 
 	arn, literal := strings.TrimSpace(env("STRIPE_API_KEY_SECRET_ARN")), strings.TrimSpace(env("STRIPE_API_KEY"))

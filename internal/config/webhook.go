@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stripe-inbox/inbox/internal/secrets"
+	"github.com/stripe-inbox/inbox/internal/wake"
 	"github.com/stripe-inbox/inbox/internal/webhook"
 )
 
@@ -25,6 +26,12 @@ type Webhook struct {
 	// secret (SECRET_FETCH_TIMEOUT).
 	SecretFetchTimeout time.Duration
 	Handler            webhook.Config
+	// WakeFunction, when set, is the worker function the webhook invokes
+	// asynchronously after each new receipt commits (WAKE_FUNCTION; the
+	// stack sets it with workerWake=true); WakeTimeout bounds that Invoke
+	// (WAKE_TIMEOUT, default 1s, 100ms to 5s). See internal/wake.
+	WakeFunction string
+	WakeTimeout  time.Duration
 }
 
 // LoadWebhook reads the webhook's configuration.
@@ -84,5 +91,7 @@ func LoadWebhook(env Env) (Webhook, error) {
 	// time (see internal/inbox/queries.go), and polling alone meets the
 	// latency goal.
 	w.Handler.Notify = p.onOff(env, "NOTIFY", false)
+	w.WakeFunction = strings.TrimSpace(env("WAKE_FUNCTION"))
+	w.WakeTimeout = p.durationIn(env, "WAKE_TIMEOUT", wake.DefaultTimeout, 100*time.Millisecond, 5*time.Second)
 	return w, p.err()
 }

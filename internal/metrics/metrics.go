@@ -40,6 +40,27 @@ type Emitter struct {
 	dimensions map[string]string
 	now        func() time.Time
 	mu         sync.Mutex
+	// publish, when not nil, names the metrics published as CloudWatch
+	// metrics (Publish).
+	publish map[string]bool
+}
+
+// Publish makes only the named metrics CloudWatch metrics, and only when
+// emitted with the emitter's own dimensions (a breakdown by an extra
+// dimension, such as Rejected by Reason, is not published). Every value
+// still goes to the log line, with its extra dimensions as fields, for
+// CloudWatch Logs Insights: EMF bills a metric only for the members its
+// CloudWatchMetrics directive lists, and each name and dimension
+// combination is a custom metric at $0.30 a month
+// (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html).
+// The stack lists exactly the metrics its alarms and dashboard read
+// (METRICS_PUBLISH). Without a call, everything is published.
+func (e *Emitter) Publish(names []string) *Emitter {
+	e.publish = map[string]bool{}
+	for _, n := range names {
+		e.publish[n] = true
+	}
+	return e
 }
 
 // New returns an Emitter. dimensions are added to every line (for example
@@ -66,7 +87,9 @@ func (e *Emitter) Emit(extra map[string]string, ms ...Metric) error {
 		line[k] = v
 	}
 	for _, m := range ms {
-		defs = append(defs, map[string]string{"Name": m.Name, "Unit": m.Unit})
+		if e.publish == nil || (len(extra) == 0 && e.publish[m.Name]) {
+			defs = append(defs, map[string]string{"Name": m.Name, "Unit": m.Unit})
+		}
 		switch {
 		case len(m.Values) > MaxValues:
 			return fmt.Errorf("encoding metrics: %s has %d values, at most %d per line", m.Name, len(m.Values), MaxValues)
@@ -76,13 +99,15 @@ func (e *Emitter) Emit(extra map[string]string, ms ...Metric) error {
 			line[m.Name] = m.Value
 		}
 	}
-	line["_aws"] = map[string]any{
-		"Timestamp": e.now().UnixMilli(),
-		"CloudWatchMetrics": []any{map[string]any{
-			"Namespace":  e.namespace,
-			"Dimensions": [][]string{keys},
-			"Metrics":    defs,
-		}},
+	if len(defs) > 0 { // else a plain log line: nothing to publish
+		line["_aws"] = map[string]any{
+			"Timestamp": e.now().UnixMilli(),
+			"CloudWatchMetrics": []any{map[string]any{
+				"Namespace":  e.namespace,
+				"Dimensions": [][]string{keys},
+				"Metrics":    defs,
+			}},
+		}
 	}
 	b, err := json.Marshal(line)
 	if err != nil {

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/stripe-inbox/inbox/internal/dualstack"
 	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/ops"
 )
@@ -44,7 +44,7 @@ type remote struct {
 const invokeTimeout = 2 * time.Minute
 
 func newRemote(ctx context.Context, stage string) (transport, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	cfg, err := dualstack.Load(ctx)
 	if err != nil {
 		return nil, &ops.Error{Kind: ops.KindInvalid, Message: fmt.Sprintf("reading the AWS configuration: %v; check AWS_PROFILE and ~/.aws/config", err)}
 	}

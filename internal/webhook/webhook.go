@@ -83,6 +83,12 @@ type Keyring interface {
 	RefreshAfterMismatch(ctx context.Context, endpoint string) bool
 }
 
+// Waker starts a worker run (internal/wake): an asynchronous Lambda Invoke
+// on AWS, a signal to the local runner's loop.
+type Waker interface {
+	Wake(ctx context.Context) error
+}
+
 // Handler turns Function URL requests into receipts.
 type Handler struct {
 	keyring Keyring
@@ -90,7 +96,15 @@ type Handler struct {
 	logger  *slog.Logger
 	metrics *metrics.Emitter
 	cfg     Config
+	waker   Waker
 }
+
+// WakeWith makes the handler wake a worker after each new receipt commits
+// (stored, or a delivery that replaced a listed copy; not a duplicate,
+// whose receipt is already there). Call it before serving. A failed wake
+// is logged and changes nothing in the answer: the receipt is committed,
+// and the worker's schedule applies it.
+func (h *Handler) WakeWith(w Waker) { h.waker = w }
 
 // New returns a Handler, as worker.New does: it fills cfg's zero fields
 // with the defaults (WithDefaults), then validates it, and returns an error
@@ -231,6 +245,12 @@ func (h *Handler) handle(ctx context.Context, req events.LambdaFunctionURLReques
 		// A statistic (inboxctl status): never waits, never fails the answer.
 		if _, err := inbox.CountDuplicate(storeCtx, h.db, rec.endpoint, ev.ID); err != nil {
 			h.logger.WarnContext(ctx, "counting a duplicate", "endpoint", rec.endpoint, "event_id", ev.ID, "error", err.Error())
+		}
+	}
+	if h.waker != nil && outcome != inbox.Duplicate {
+		if err := h.waker.Wake(ctx); err != nil {
+			h.logger.WarnContext(ctx, "waking the worker failed; the schedule will apply the receipt",
+				"endpoint", rec.endpoint, "event_id", ev.ID, "error", err.Error())
 		}
 	}
 	answer := outcome

@@ -40,7 +40,10 @@ func latency(ctx context.Context, out io.Writer) {
 		"signed and POSTed at a steady rate for %s; latency is processed_at - received_at of every receipt, read from the table once all are processed.\n\n", interval, dur)
 	modes := []latencyMode{
 		{"resident, NOTIFY/LISTEN (local default)", []string{"POLL_INTERVAL=250ms", "LISTEN=on", "NOTIFY=on"}},
-		{"resident, polling every 250ms only (stack default)", []string{"POLL_INTERVAL=250ms", "LISTEN=off", "NOTIFY=off"}},
+		{"resident, polling every 250ms only", []string{"POLL_INTERVAL=250ms", "LISTEN=off", "NOTIFY=off"}},
+		// The stack's default since issue 25: not resident, the webhook
+		// starts a run after each new receipt (WORKER_WAKE, internal/wake).
+		{"woken by the webhook, not resident (stack default)", []string{"POLL_INTERVAL=0", "LISTEN=off", "NOTIFY=off", "WORKER_WAKE=on"}},
 		{"scheduled only, one run a minute", []string{"POLL_INTERVAL=0", "LISTEN=off", "NOTIFY=off"}},
 	}
 	var t table
