@@ -108,6 +108,8 @@ func New(o Options) Registry {
 		"refund.updated":               on(o, refundChanged),
 		"refund.failed":                on(o, refundChanged),
 		"charge.refund.updated":        on(o, refundChanged),
+		// A thin event (no API version, no data.object): see thin.go.
+		EventGenerationFailureResolved: eventGenerationFailureResolved,
 	}
 }
 
