@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe-inbox/inbox/internal/ingest"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
@@ -25,6 +26,9 @@ type Local struct {
 	// STRIPE_API_KEY is set (see loadLocalReconcile).
 	Reconcile         Reconcile
 	ReconcileInterval time.Duration
+	// EventBridge maps sources to endpoints for POST /_eventbridge, served
+	// with the webhook (localEventBridge).
+	EventBridge ingest.Sources
 }
 
 // LocalWorkerTimeout is the local runner's default WORKER_TIMEOUT for a
@@ -97,6 +101,7 @@ func LoadLocal(env Env) (Local, error) {
 		if l.Webhook, err = LoadWebhook(localEnv); err != nil {
 			p.addf("%v", err)
 		}
+		l.EventBridge = p.localEventBridge(env)
 	}
 	if l.Runs("worker") {
 		// Locally the worker books test mode unless STRIPE_MODE says otherwise.

@@ -17,8 +17,8 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/handlers"
-	"github.com/stripe-inbox/inbox/internal/ingest"
 	"github.com/stripe-inbox/inbox/internal/inbox"
+	"github.com/stripe-inbox/inbox/internal/ingest"
 	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/secrets"
