@@ -213,9 +213,9 @@ func (b *builder) eventBridgeAlarms() []alarmSpec {
 // eventBridgeSettings reads eventBridgeSources and functionUrl.
 func (r *reader) eventBridgeSettings(s *Settings) {
 	s.FunctionURL = r.boolean("functionUrl", true)
-	s.EventBridgeSources = map[string]string{}
 	v, ok := r.raw("eventBridgeSources")
 	if ok {
+		s.EventBridgeSources = map[string]string{}
 		var pairs map[string]string
 		switch t := v.(type) {
 		case map[string]any:

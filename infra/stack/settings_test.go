@@ -40,6 +40,7 @@ func TestSettingsDefaults(t *testing.T) {
 		RetireLegacyAppRole:        true,
 		ScrubPayloadAfterDays:      7,
 		CloudTrailDataEvents:       false,
+		FunctionURL:                true,
 		WorkerPollInterval:         250 * time.Millisecond,
 		WorkerTimeout:              100 * time.Second,
 		WorkerReservedConcurrency:  3,
