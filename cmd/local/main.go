@@ -25,6 +25,7 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/bootstrap"
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/ingest"
 	"github.com/stripe-inbox/inbox/internal/migrate"
 	"github.com/stripe-inbox/inbox/internal/wake"
 	"github.com/stripe-inbox/inbox/internal/webhook"
@@ -68,7 +69,24 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("cannot serve on LISTEN_ADDR=%s: %w", cfg.ListenAddr, err)
 		}
-		srv := &http.Server{Handler: webhook.HTTPHandler(hook.Handler), ReadHeaderTimeout: 10 * time.Second}
+		// POST /_eventbridge: the JSON EventBridge hands a target, through
+		// the ingest function's handler (the local contract, see
+		// internal/ingest.HTTPHandler); every other path is the webhook.
+		eb, err := ingest.New(hook.Pool, cfg.EventBridge, logger, nil)
+		if err != nil {
+			return err
+		}
+		// (Not a ServeMux: it would clean and redirect paths the webhook
+		// answers itself, as the Function URL does.)
+		ebHTTP, hookHTTP := ingest.HTTPHandler(eb), webhook.HTTPHandler(hook.Handler)
+		route := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/_eventbridge" {
+				ebHTTP.ServeHTTP(w, r)
+				return
+			}
+			hookHTTP.ServeHTTP(w, r)
+		})
+		srv := &http.Server{Handler: route, ReadHeaderTimeout: 10 * time.Second}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -84,6 +102,11 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		}()
 		for _, ep := range hook.Keyring.Endpoints() {
 			fmt.Printf("listening on http://%s/%s (endpoint %q)\n", ln.Addr(), ep, ep)
+		}
+		if cfg.EventBridge.Default != "" {
+			fmt.Printf("listening on http://%s/_eventbridge (EventBridge: sources %s* to endpoint %q)\n", ln.Addr(), ingest.PartnerPrefix, cfg.EventBridge.Default)
+		} else {
+			fmt.Printf("listening on http://%s/_eventbridge (EventBridge: %v, EVENTBRIDGE_SOURCES)\n", ln.Addr(), cfg.EventBridge.Exact)
 		}
 	}
 	if cfg.Runs("worker") {

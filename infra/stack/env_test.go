@@ -30,8 +30,10 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 			case "RECONCILER_ROLE_ARN":
 				m[k] = "arn:aws:iam::123456789012:role/StripeInbox-dev-ReconcileFunctionServiceRole-AbCdEf"
 			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN", "LEGACY_DB_SECRET_ARN", "OPS_DB_SECRET_ARN",
-				"RECONCILE_DB_SECRET_ARN", "STRIPE_API_KEY_SECRET_ARN":
+				"RECONCILE_DB_SECRET_ARN", "STRIPE_API_KEY_SECRET_ARN", "INGEST_DB_SECRET_ARN":
 				m[k] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:" + strings.ToLower(k) + "-AbCdEf"
+			case "INGEST_QUEUE_URL", "INGEST_DLQ_URL":
+				m[k] = "https://sqs.eu-west-1.amazonaws.com/123456789012/" + strings.ToLower(k)
 			default:
 				m[k] = fmt.Sprintf("token-for-%s", k)
 			}
@@ -46,7 +48,7 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 // error after a deploy.
 func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*synthesized{dev, prod, natDev, retired, live} {
+	for _, s := range []*synthesized{dev, prod, natDev, retired, live, ebOnly} {
 		fns := s.appFunctions(t)
 		_, err := config.LoadWebhook(resolvedEnv(t, fns["webhook"]))
 		require.NoError(t, err, "webhook")
@@ -65,5 +67,10 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 		require.NoError(t, err, "reconcile")
 		_, err = config.LoadReconcileStore(resolvedEnv(t, fns["reconcilestore"]))
 		require.NoError(t, err, "reconcilestore")
+		if len(s.settings.EventBridgeSources) > 0 {
+			_, ingest := s.one(t, "AWS::Lambda::Function", "IngestFunction")
+			_, err = config.LoadIngest(resolvedEnv(t, ingest))
+			require.NoError(t, err, "ingest")
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,8 +26,9 @@ type synthesized struct {
 // The stacks every test reads: dev (two endpoints, an alarm e-mail), prod
 // (defaults), dev with nat=true, the resident worker and keepLegacyAppRole=true
 // (the one upgrade deploy), dev with the former retireLegacyAppRole=true,
-// outboxRelay=false and workerWake=false, and a live stage that is not called prod.
-var dev, prod, natDev, retired, live *synthesized
+// outboxRelay=false and workerWake=false, a live stage that is not called prod, and a stage
+// whose events all come through EventBridge (ebOnly).
+var dev, prod, natDev, retired, live, ebOnly *synthesized
 
 func TestMain(m *testing.M) {
 	// The machine's Node 20 is past jsii's end of support (2026-10-30); the
@@ -51,7 +53,7 @@ func synthesizeAll() (func(*testing.M) int, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(assets)
-	for _, name := range Functions {
+	for _, name := range append(slices.Clip(Functions), "ingest") {
 		if err := os.MkdirAll(filepath.Join(assets, name), 0o755); err != nil {
 			return nil, err
 		}
@@ -84,6 +86,8 @@ func synthesizeAll() (func(*testing.M) int, error) {
 		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true", "outboxRelay": "false", "workerWake": "false"}},
 		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "workerPollInterval": "250ms", "latencyP99Alarm": "10s", "keepLegacyAppRole": "true"}},
 		{&live, map[string]any{"stage": "production", "stripeMode": "live"}},
+		{&ebOnly, map[string]any{"stage": "eb", "endpoints": "billing,connect", "functionUrl": "false",
+			"eventBridgeSources": "aws.partner/stripe.com/ed_test_1=billing,aws.partner/stripe.com/ed_test_2=connect"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))
 	for i, v := range variants {
@@ -139,7 +143,7 @@ func featureFlags() (map[string]any, error) {
 
 func TestNagFindings(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*synthesized{dev, prod, natDev, retired, live} {
+	for _, s := range []*synthesized{dev, prod, natDev, retired, live, ebOnly} {
 		for _, e := range s.nagErrors {
 			t.Errorf("%s: %s", s.settings.Stage, e)
 		}

@@ -217,6 +217,7 @@ func (b *builder) monitoring() {
 	specs = append(specs, b.driftAlarm())
 	specs = append(specs, b.otherModeOnlyAlarm())
 	specs = append(specs, b.outboxAlarms()...)
+	specs = append(specs, b.eventBridgeAlarms()...)
 	alarms := make([]interfacesawscloudwatch.IAlarmRef, 0, len(specs))
 	for _, a := range specs {
 		op := awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD

@@ -177,6 +177,16 @@ type Settings struct {
 	// the stack's own (cloudTrailDataEvents; default true when
 	// stripeMode=live). See security.go.
 	CloudTrailDataEvents bool
+	// EventBridgeSources maps each Stripe partner event source
+	// (aws.partner/stripe.com/ed_...) to the endpoint its events belong to
+	// (eventBridgeSources; default none; a JSON object or
+	// "source=endpoint,..."): the stack associates each with a partner
+	// event bus and deploys the ingest function (eventbridge.go).
+	EventBridgeSources map[string]string
+	// FunctionURL gives the webhook its public Function URL (functionUrl;
+	// default true). false: a stage whose every endpoint comes through
+	// EventBridge; it needs eventBridgeSources.
+	FunctionURL bool
 	// AssetsDir holds build/<function>/bootstrap as scripts/build.sh writes
 	// them (assetsDir; default ../build, relative to infra/).
 	AssetsDir string
@@ -278,6 +288,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	}
 	r.reconcileSettings(&s)
 	r.securitySettings(&s)
+	r.eventBridgeSettings(&s)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))
@@ -288,7 +299,11 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 // CheckAssets reports the function bundles that are missing from AssetsDir.
 func (s Settings) CheckAssets() error {
 	var missing []string
-	for _, name := range Functions {
+	names := Functions
+	if len(s.EventBridgeSources) > 0 {
+		names = append(slices.Clip(names), "ingest")
+	}
+	for _, name := range names {
 		p := filepath.Join(s.AssetsDir, name, "bootstrap")
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
 			missing = append(missing, p)

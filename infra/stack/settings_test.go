@@ -41,6 +41,7 @@ func TestSettingsDefaults(t *testing.T) {
 		ScrubPayloadAfterDays:      7,
 		CloudTrailDataEvents:       false,
 		WorkerWake:                 true,
+		FunctionURL:                true,
 		WorkerTimeout:              100 * time.Second,
 		WorkerReservedConcurrency:  3,
 		StripeAPIVersion:           stripeevent.DefaultAPIVersion,

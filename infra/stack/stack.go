@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/triggers"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -58,7 +59,7 @@ const (
 
 // functionUsers maps each function that serves traffic or schedules to its
 // database user.
-var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "ops": OpsUser, "reconcile": ReconcileUser}
+var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "ops": OpsUser, "reconcile": ReconcileUser, "ingest": IngestUser}
 
 // SigningSecretPlaceholder is the initial text of each endpoint's signing
 // secret. It is deliberately not a whsec_ value, so the webhook refuses to
@@ -97,6 +98,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.opsFunction()
 	b.outboxRelay()
 	b.reconcile()
+	b.eventBridge()
 	b.security()
 	b.migrateOnDeploy()
 	b.schedules()
@@ -135,6 +137,10 @@ type builder struct {
 	// bus is the outbox relay's event bus; nil with outboxRelay=false
 	// (relay.go).
 	bus awsevents.EventBus
+
+	// ingestDLQ is the EventBridge ingest's dead-letter queue; nil without
+	// eventBridgeSources (eventbridge.go).
+	ingestDLQ awssqs.Queue
 
 	// legacySecret is LegacyAppUser's secret; nil once it is retired.
 	legacySecret awsrds.DatabaseSecret
@@ -295,7 +301,11 @@ func (b *builder) database() {
 	// The migrate function sets each role's password from its secret.
 	b.userSecrets = map[string]awsrds.DatabaseSecret{}
 	proxySecrets := []awssecretsmanager.ISecret{b.db.Secret()}
-	for _, fn := range []string{"webhook", "worker", "purge", "ops", "reconcile"} {
+	users := []string{"webhook", "worker", "purge", "ops", "reconcile"}
+	if len(b.s.EventBridgeSources) > 0 {
+		users = append(users, "ingest") // eventbridge.go
+	}
+	for _, fn := range users {
 		b.userSecrets[fn] = awsrds.NewDatabaseSecret(b.stack, jsii.String(OutputID(fn)+"UserSecret"), &awsrds.DatabaseSecretProps{
 			Username: jsii.String(functionUsers[fn]),
 		})
@@ -512,6 +522,11 @@ func (b *builder) lambdas() {
 			Resources: &[]*string{worker.FunctionArn()},
 		}))
 	}
+	if !b.s.FunctionURL {
+		// Every endpoint comes through EventBridge (eventbridge.go): no
+		// public URL at all.
+		return
+	}
 	b.functionURL = b.functions["webhook"].AddFunctionUrl(&awslambda.FunctionUrlOptions{
 		// Stripe cannot sign requests with SigV4; the Stripe-Signature
 		// header, verified by the handler, is the authentication.
@@ -602,15 +617,19 @@ func (b *builder) newFunction(f function) awslambda.Function {
 // the webhook, worker and purge functions are created or updated. A failure
 // fails the deploy, and CloudFormation rolls back.
 func (b *builder) migrateOnDeploy() {
+	before := []constructs.Construct{
+		b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["ops"], b.functions["reconcilestore"],
+	}
+	if fn, ok := b.functions["ingest"]; ok {
+		before = append(before, fn)
+	}
 	b.trigger = triggers.NewTrigger(b.stack, jsii.String("MigrateOnDeploy"), &triggers.TriggerProps{
 		Handler:                b.functions["migrate"],
 		InvocationType:         triggers.InvocationType_REQUEST_RESPONSE,
 		Timeout:                awscdk.Duration_Minutes(jsii.Number(10)),
 		ExecuteOnHandlerChange: jsii.Bool(true),
 		ExecuteAfter:           b.migrateAfter(),
-		ExecuteBefore: &[]constructs.Construct{
-			b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["ops"], b.functions["reconcilestore"],
-		},
+		ExecuteBefore:          &before,
 	})
 }
 
@@ -651,10 +670,12 @@ func (b *builder) outputs() {
 	for _, ep := range b.s.Endpoints {
 		id := OutputID(ep)
 		// The Function URL ends with '/'; the endpoint name is the path.
-		awscdk.NewCfnOutput(b.stack, jsii.String("WebhookUrl"+id), &awscdk.CfnOutputProps{
-			Description: jsii.String(fmt.Sprintf("Register this URL for endpoint %q in the Stripe dashboard", ep)),
-			Value:       awscdk.Fn_Join(jsii.String(""), &[]*string{b.functionURL.Url(), jsii.String(ep)}),
-		})
+		if b.functionURL != nil {
+			awscdk.NewCfnOutput(b.stack, jsii.String("WebhookUrl"+id), &awscdk.CfnOutputProps{
+				Description: jsii.String(fmt.Sprintf("Register this URL for endpoint %q in the Stripe dashboard", ep)),
+				Value:       awscdk.Fn_Join(jsii.String(""), &[]*string{b.functionURL.Url(), jsii.String(ep)}),
+			})
+		}
 		awscdk.NewCfnOutput(b.stack, jsii.String("SigningSecretArn"+id), &awscdk.CfnOutputProps{
 			Description: jsii.String(fmt.Sprintf("Put endpoint %q's whsec_ signing secret into this secret", ep)),
 			Value:       b.signing[ep].SecretArn(),

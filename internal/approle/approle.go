@@ -23,6 +23,11 @@
 //     receipt, read back its key), and SELECT, INSERT and UPDATE on
 //     reconcile_high_water (the reconciler's mark). Nothing else.
 //
+//   - the EventBridge ingest function's user (inbox_ingest; optional,
+//     Roles.Ingest): the webhook's store on webhook_inbox (INSERT, SELECT of
+//     the key, and the UPDATE and SELECT its delivery needs to replace a
+//     copy the reconciler listed first). Nothing else.
+//
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
 //     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
 //     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may

@@ -133,6 +133,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 	if roles.Reconcile != "" {
 		all = append(all, roles.Reconcile)
 	}
+	if roles.Ingest != "" {
+		all = append(all, roles.Ingest)
+	}
 	for _, name := range all {
 		r := q(name)
 		out = append(out,
@@ -187,6 +190,22 @@ func grants(roles Roles, webhookInsert []string) []string {
 			"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+reconcile,
 			"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+reconcile,
 			"GRANT SELECT, INSERT, UPDATE ON public.reconcile_high_water TO "+reconcile,
+		)
+	}
+	if roles.Ingest != "" {
+		// The EventBridge ingest function (internal/ingest): the
+		// webhook's store statement with source 'eventbridge', which
+		// inserts a receipt or replaces a copy the reconciler listed
+		// first (the content guard of migrations/0014 and 0020 admits
+		// nothing else), and reads back the key and the columns the
+		// statement tests. Not duplicates (it does not count them), no
+		// payload, nothing else.
+		ingest := q(roles.Ingest)
+		out = append(out,
+			"GRANT INSERT ("+quoteAll(webhookInsert)+") ON public.webhook_inbox TO "+ingest,
+			"GRANT SELECT ("+quoteAll(receiptKey)+") ON public.webhook_inbox TO "+ingest,
+			"GRANT UPDATE ("+quoteAll(DeliveryReplaces)+") ON public.webhook_inbox TO "+ingest,
+			"GRANT SELECT (source, processed_at, listed_first) ON public.webhook_inbox TO "+ingest,
 		)
 	}
 	if roles.Legacy != "" {

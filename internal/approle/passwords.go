@@ -20,6 +20,7 @@ type Passwords struct {
 	Webhook, Worker, Purge string
 	Ops                    string // needed only when Roles.Ops is set
 	Reconcile              string // needed only when Roles.Reconcile is set
+	Ingest                 string // needed only when Roles.Ingest is set
 	Legacy                 string
 }
 
@@ -33,6 +34,8 @@ func (p Passwords) of(function string) string {
 		return p.Ops
 	case "reconcile":
 		return p.Reconcile
+	case "ingest":
+		return p.Ingest
 	default:
 		return p.Purge
 	}

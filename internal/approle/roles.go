@@ -39,6 +39,9 @@ type Roles struct {
 	// the deployment has none (it is optional so that a deploy step
 	// configured before it existed keeps working).
 	Reconcile string
+	// Ingest is the EventBridge ingest function's login role (inbox_ingest;
+	// internal/ingest); "" when the deployment has none.
+	Ingest string
 	// Legacy is the login role the functions of the earlier release shared
 	// (inbox_app), kept working as that release left it while the new
 	// functions replace the old ones and a rollback may bring the old ones
@@ -62,6 +65,9 @@ func (r Roles) logins() [][2]string {
 	}
 	if r.Reconcile != "" {
 		l = append(l, [2]string{"reconcile", r.Reconcile})
+	}
+	if r.Ingest != "" {
+		l = append(l, [2]string{"ingest", r.Ingest})
 	}
 	return l
 }
@@ -101,6 +107,9 @@ func (r Roles) Validate(master string) error {
 	}
 	if r.Reconcile != "" {
 		check("the reconcile's role", r.Reconcile)
+	}
+	if r.Ingest != "" {
+		check("the ingest's role", r.Ingest)
 	}
 	if r.Legacy != "" {
 		check("the earlier release's shared role (kept)", r.Legacy)

@@ -43,7 +43,7 @@ func NewDeployer(ctx context.Context, cfg config.Migrate, logger *slog.Logger) (
 		fetch := secrets.SecretsManager(secretsmanager.NewFromConfig(aws))
 		d.Passwords = func(ctx context.Context) (approle.Passwords, error) {
 			pw := cfg.Passwords
-			for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "ops": cfg.Roles.Ops, "legacy": cfg.Roles.Legacy, "reconcile": cfg.Roles.Reconcile} {
+			for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "ops": cfg.Roles.Ops, "legacy": cfg.Roles.Legacy, "reconcile": cfg.Roles.Reconcile, "ingest": cfg.Roles.Ingest} {
 				arn, ok := cfg.SecretARNs[fn]
 				if !ok || user == "" {
 					continue
@@ -67,6 +67,8 @@ func NewDeployer(ctx context.Context, cfg config.Migrate, logger *slog.Logger) (
 					pw.Ops = p
 				case "reconcile":
 					pw.Reconcile = p
+				case "ingest":
+					pw.Ingest = p
 				default:
 					pw.Purge = p
 				}

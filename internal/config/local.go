@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe-inbox/inbox/internal/ingest"
 	"github.com/stripe-inbox/inbox/internal/worker"
 )
 
@@ -31,6 +32,9 @@ type Local struct {
 	// WORKER_INTERVAL schedule keeps running beside it. Needs both the
 	// webhook and the worker in LOCAL_COMPONENTS.
 	WorkerWake bool
+	// EventBridge maps sources to endpoints for POST /_eventbridge, served
+	// with the webhook (localEventBridge).
+	EventBridge ingest.Sources
 }
 
 // LocalWorkerTimeout is the local runner's default WORKER_TIMEOUT for a
@@ -103,6 +107,7 @@ func LoadLocal(env Env) (Local, error) {
 		if l.Webhook, err = LoadWebhook(localEnv); err != nil {
 			p.addf("%v", err)
 		}
+		l.EventBridge = p.localEventBridge(env)
 	}
 	if l.Runs("worker") {
 		// Locally the worker books test mode unless STRIPE_MODE says otherwise.

@@ -61,6 +61,8 @@ func LoadMigrate(env Env) (Migrate, error) {
 			Ops:     get("OPS_DB_USER"),
 			// Optional: the reconciler's store function's role.
 			Reconcile: get("RECONCILE_DB_USER"),
+			// Optional: the EventBridge ingest function's role.
+			Ingest: get("INGEST_DB_USER"),
 		},
 		SecretARNs: map[string]string{},
 		LogLevel:   p.logLevel(env),
@@ -107,6 +109,15 @@ func LoadMigrate(env Env) (Migrate, error) {
 			}
 		}
 	}
+	if c.Roles.Ingest != "" {
+		withSecret = append(slices.Clip(withSecret), "ingest")
+	} else {
+		for _, k := range []string{"INGEST_DB_SECRET_ARN", "INGEST_DB_PASSWORD"} {
+			if get(k) != "" {
+				p.addf("%s is set but INGEST_DB_USER is not: name the role the secret is for (inbox_ingest), or unset it", k)
+			}
+		}
+	}
 	if c.Roles.Legacy != "" {
 		withSecret = append(slices.Clip(withSecret), "legacy")
 		if slices.Contains(c.Roles.Retired, c.Roles.Legacy) {
@@ -145,6 +156,8 @@ func LoadMigrate(env Env) (Migrate, error) {
 				c.Passwords.Ops = password
 			case "reconcile":
 				c.Passwords.Reconcile = password
+			case "ingest":
+				c.Passwords.Ingest = password
 			default:
 				c.Passwords.Purge = password
 			}

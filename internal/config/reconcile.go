@@ -56,10 +56,14 @@ type ReconcileStore struct {
 }
 
 // HandlerTypes are the event types the handlers subscribe to: what the
-// reconciler lists.
+// reconciler lists. Thin (v2) event types are not: they are never on
+// GET /v1/events (https://docs.stripe.com/api/v2/events).
 func HandlerTypes() []string {
 	var ts []string
 	for t := range handlers.Default() {
+		if strings.HasPrefix(t, "v2.") {
+			continue
+		}
 		ts = append(ts, t)
 	}
 	return ts

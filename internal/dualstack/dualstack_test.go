@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/stretchr/testify/require"
 
@@ -63,6 +64,13 @@ func TestDualStackHosts(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, "abcde.veo.endpoint.events.api.aws", ep.URI.Host)
+
+	// The EventBridge ingest function's queue (internal/bootstrap NewIngest).
+	qo := sqs.NewFromConfig(cfg).Options()
+	require.Equal(t, aws.DualStackEndpointStateEnabled, qo.EndpointOptions.UseDualStackEndpoint)
+	ep, err = sqs.NewDefaultEndpointResolverV2().ResolveEndpoint(ctx, sqs.EndpointParameters{Region: region, UseDualStack: aws.Bool(true)})
+	require.NoError(t, err)
+	require.Equal(t, "sqs.us-east-1.api.aws", ep.URI.Host)
 
 	lo := lambda.NewFromConfig(cfg).Options()
 	require.Equal(t, aws.DualStackEndpointStateEnabled, lo.EndpointOptions.UseDualStackEndpoint)

@@ -113,6 +113,8 @@ func New(o Options) Registry {
 		"charge.dispute.closed":           on(o, disputeChanged),
 		"charge.dispute.funds_withdrawn":  on(o, disputeChanged),
 		"charge.dispute.funds_reinstated": on(o, disputeChanged),
+		// A thin event (no API version, no data.object): see thin.go.
+		EventGenerationFailureResolved: eventGenerationFailureResolved,
 	}
 }
 

@@ -70,7 +70,7 @@ const (
 // first attempt failed as a whole, so exactly one INSERT commits. db must
 // therefore be a pool or a connection, not a transaction.
 func Store(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
-	return storeWith(ctx, db, storeDelivery, endpoint, ev)
+	return storeWith(ctx, db, storeDelivery, SourceWebhook, endpoint, ev)
 }
 
 // Source says who stored a receipt (column source).
@@ -82,19 +82,26 @@ const (
 	// SourceReconcile: the reconciler found the event on Stripe's Events API
 	// before any delivery reached the webhook.
 	SourceReconcile Source = "reconcile"
+	// SourceEventBridge: Stripe delivered the event to Amazon EventBridge
+	// (an event destination of type amazon_eventbridge) and the ingest
+	// function stored it (internal/ingest). It is the endpoint's own
+	// delivery, as the webhook's is.
+	SourceEventBridge Source = "eventbridge"
 )
 
 // StoreFrom is Store for a receipt that source found. SourceWebhook is
-// Store. SourceReconcile (an event listed on Stripe's Events API) inserts
+// Store; SourceEventBridge is Store with that source (the same statement:
+// whichever of the two deliveries commits first is the receipt, the other
+// is a Duplicate, and either replaces a listed copy). SourceReconcile (an event listed on Stripe's Events API) inserts
 // the receipt only when the inbox does not have it (storeListed): an event
 // the webhook stored is a Duplicate here, and a listed copy is replaced by
 // the endpoint's delivery while it is unprocessed (Store).
 func StoreFrom(ctx context.Context, db DB, source Source, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
 	switch source {
-	case SourceWebhook:
-		return storeWith(ctx, db, storeDelivery, endpoint, ev)
+	case SourceWebhook, SourceEventBridge:
+		return storeWith(ctx, db, storeDelivery, source, endpoint, ev)
 	case SourceReconcile:
-		return storeWith(ctx, db, storeListed, endpoint, ev)
+		return storeWith(ctx, db, storeListed, source, endpoint, ev)
 	}
 	return "", fmt.Errorf("storing receipt %s/%s: unknown source %q", endpoint, ev.ID, source)
 }
@@ -104,7 +111,7 @@ func StoreFrom(ctx context.Context, db DB, source Source, endpoint string, ev st
 // notification only wakes a worker early: a worker that misses it finds the
 // receipt at its next poll.
 func StoreAndNotify(ctx context.Context, db DB, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
-	return storeWith(ctx, db, storeDeliveryNotify, endpoint, ev)
+	return storeWith(ctx, db, storeDeliveryNotify, SourceWebhook, endpoint, ev)
 }
 
 // CountDuplicate records on the receipt of eventID that the webhook
@@ -124,16 +131,16 @@ func CountDuplicate(ctx context.Context, db DB, endpoint, eventID string) (count
 	return counted, nil
 }
 
-func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
+func storeWith(ctx context.Context, db DB, query string, source Source, endpoint string, ev stripeevent.Event) (StoreOutcome, error) {
 	payload, repaired := jsonbText(ev.Payload)
 	var raw []byte
 	if repaired {
 		raw = ev.Payload
 	}
-	outcome, err := store(ctx, db, query, endpoint, ev, payload, raw)
+	outcome, err := store(ctx, db, query, source, endpoint, ev, payload, raw)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && refusedContent(pgErr.Code) {
-		outcome, err = store(ctx, db, query, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload)
+		outcome, err = store(ctx, db, query, source, endpoint, ev, rawOnlyMarker(ev.ID, ev.Type), ev.Payload)
 	}
 	if err != nil {
 		return "", fmt.Errorf("storing receipt %s/%s: %w", endpoint, ev.ID, err)
@@ -144,7 +151,7 @@ func storeWith(ctx context.Context, db DB, query, endpoint string, ev stripeeven
 // store runs one of the store statements; each returns no row for a
 // duplicate and else whether it replaced a listed copy (the notifying one
 // a second column, scanned and dropped).
-func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
+func store(ctx context.Context, db DB, query string, source Source, endpoint string, ev stripeevent.Event, payload, raw []byte) (StoreOutcome, error) {
 	var replaced bool
 	var notified *bool
 	var signedAt *time.Time
@@ -158,7 +165,7 @@ func store(ctx context.Context, db DB, query, endpoint string, ev stripeevent.Ev
 	err := db.QueryRow(ctx, query,
 		ProviderStripe, endpoint, ev.ID, ev.Type,
 		nullable(ev.APIVersion), ev.Livemode, nullable(ev.Account), nullable(ev.ObjectID),
-		string(payload), raw, nullable(ev.SecretFingerprint), signedAt,
+		string(payload), raw, nullable(ev.SecretFingerprint), signedAt, string(source),
 	).Scan(dest...)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -232,6 +232,29 @@ type TypeCount struct {
 	Duplicates int    `json:"duplicates"`
 }
 
+// SourceCount is how many receipts one source stored.
+type SourceCount struct {
+	Source   string `json:"source"`
+	Receipts int    `json:"receipts"`
+}
+
+// SourcesSince counts the receipts received since since, per source (who
+// stored them: webhook, eventbridge or reconcile).
+func SourcesSince(ctx context.Context, db DB, since time.Time) ([]SourceCount, error) {
+	rows, err := db.Query(ctx, sourcesSince, since)
+	if err != nil {
+		return nil, fmt.Errorf("counting receipts per source: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceCount, error) {
+		var c SourceCount
+		return c, r.Scan(&c.Source, &c.Receipts)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting receipts per source: %w", err)
+	}
+	return out, nil
+}
+
 // TypesSince counts the receipts received since since, per type.
 func TypesSince(ctx context.Context, db DB, since time.Time) ([]TypeCount, error) {
 	rows, err := db.Query(ctx, typesSince, since)

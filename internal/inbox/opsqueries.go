@@ -123,6 +123,14 @@ SELECT event_type, count(*)::int, coalesce(sum(duplicates), 0)::int
  GROUP BY event_type
  ORDER BY 2 DESC, 1`
 
+// sourcesSince: receipts per source (webhook, eventbridge, reconcile).
+const sourcesSince = `
+SELECT source, count(*)::int
+  FROM webhook_inbox
+ WHERE ` + inWindow + `
+ GROUP BY source
+ ORDER BY 2 DESC, 1`
+
 // latencySince: $1 the start of the window. Receipt-to-effect of the
 // receipts processed since then (through webhook_inbox_processed).
 const latencySince = `

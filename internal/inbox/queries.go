@@ -12,15 +12,17 @@ package inbox
 // cannot hold the exact bytes; see migrations/0007_receipt_payload_raw.sql),
 // $11 secret_fingerprint (the fingerprint of the signing secret that
 // verified it), $12 signed_at (the signature's timestamp; see
-// migrations/0012_ops.sql).
+// migrations/0012_ops.sql), $13 source ('webhook', or 'eventbridge' for
+// the same endpoint's delivery through Amazon EventBridge, internal/ingest;
+// migrations/0020_eventbridge_source.sql).
 //
 // One statement, its own transaction. A new event is inserted (source
-// 'webhook'). An event the reconciler listed first (source 'reconcile',
+// $13). An event the reconciler listed first (source 'reconcile',
 // storeListed) whose receipt is still unprocessed gets the delivery's copy:
 // the endpoint's delivery is the copy that counts (its API version is the
 // endpoint's; a listed event's is the one the account had when it was
 // created), so its payload, payload_raw, api_version, fingerprint and
-// signing time replace the listed ones, source becomes 'webhook' and
+// signing time replace the listed ones, source becomes $13 and
 // listed_first records that the reconciler had it first
 // (migrations/0014_listed_first.sql). Anything else is a duplicate and
 // changes nothing. The values come from the parameters, not from EXCLUDED:
@@ -44,20 +46,21 @@ package inbox
 const storeDelivery = `
 INSERT INTO webhook_inbox AS w
     (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at, source)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, 'webhook')
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, $13)
 ON CONFLICT (provider, endpoint, event_id) DO UPDATE
    SET payload            = $9::jsonb,
        payload_raw        = $10::bytea,
        api_version        = $5,
        secret_fingerprint = $11,
        signed_at          = $12,
-       source             = 'webhook',
+       source             = $13,
        listed_first       = true
  WHERE w.source = 'reconcile'
    AND w.processed_at IS NULL
 RETURNING w.listed_first`
 
-// storeListed: the reconciler's store, parameters as storeDelivery. An event
+// storeListed: the reconciler's store, parameters as storeDelivery ($13 is
+// always 'reconcile'). An event
 // listed on the Events API that the inbox does not have yet is stored with
 // source 'reconcile' and listed_first; an event the inbox has is a duplicate
 // and changes nothing (a listed copy never replaces a delivery, nor another
@@ -65,7 +68,7 @@ RETURNING w.listed_first`
 const storeListed = `
 INSERT INTO webhook_inbox
     (provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload, payload_raw, secret_fingerprint, signed_at, source, listed_first)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, 'reconcile', true)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::bytea, $11, $12, $13, true)
 ON CONFLICT (provider, endpoint, event_id) DO NOTHING
 RETURNING false`
 

@@ -74,6 +74,12 @@ func TestStatus(t *testing.T) {
 	require.Equal(t, 10, s.LastHour.Receipts)
 	require.Equal(t, 1, s.LastHour.Duplicates, "the second delivery of evt_fx_paid on billing")
 	require.Contains(t, s.LastHour.Types, inbox.TypeCount{EventType: "invoice.paid", Receipts: 3, Duplicates: 1})
+	bySource := 0
+	for _, c := range s.LastHour.Sources {
+		bySource += c.Receipts
+	}
+	require.Equal(t, s.LastHour.Receipts, bySource, "every receipt counted under its source: %v", s.LastHour.Sources)
+	require.NotEmpty(t, s.LastHour.Sources)
 	require.Equal(t, 6, s.LastHour.Latency.Processed)
 	require.GreaterOrEqual(t, s.LastHour.Latency.Max, s.LastHour.Latency.P99)
 	require.Equal(t, stripetest.APIVersion, s.ExpectedAPIVersion)

@@ -38,7 +38,9 @@ type LastHour struct {
 	Receipts   int               `json:"receipts"`
 	Duplicates int               `json:"duplicates"`
 	Types      []inbox.TypeCount `json:"types"`
-	Latency    inbox.Latency     `json:"latency"`
+	// Sources: receipts per source (webhook, eventbridge, reconcile).
+	Sources []inbox.SourceCount `json:"sources"`
+	Latency inbox.Latency       `json:"latency"`
 }
 
 // APIVersion is one endpoint's receipts of one API version.
@@ -65,6 +67,9 @@ func (o *Ops) status(ctx context.Context) (*Status, error) {
 	}
 	hour := now.Add(-time.Hour)
 	if s.LastHour.Types, err = inbox.TypesSince(ctx, o.Pool, hour); err != nil {
+		return nil, err
+	}
+	if s.LastHour.Sources, err = inbox.SourcesSince(ctx, o.Pool, hour); err != nil {
 		return nil, err
 	}
 	for _, t := range s.LastHour.Types {

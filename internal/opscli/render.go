@@ -74,6 +74,12 @@ func renderStatus(tw *tabwriter.Writer, s *ops.Status) {
 	}
 	fmt.Fprintf(tw, "last hour\t%d receipts, %d duplicate deliveries (%.1f%%)\n", h.Receipts, h.Duplicates, share)
 	fmt.Fprintf(tw, "receipt to effect\tp50 %s  p99 %s  max %s  (%d processed)\n", seconds(h.Latency.P50), seconds(h.Latency.P99), seconds(h.Latency.Max), h.Latency.Processed)
+	if len(h.Sources) > 0 {
+		fmt.Fprintln(tw, "\nSOURCE (last hour)\tRECEIPTS")
+		for _, c := range h.Sources {
+			fmt.Fprintf(tw, "%s\t%d\n", c.Source, c.Receipts)
+		}
+	}
 	if len(h.Types) > 0 {
 		fmt.Fprintln(tw, "\nTYPE (last hour)\tRECEIPTS\tDUPLICATES")
 		for _, t := range h.Types {

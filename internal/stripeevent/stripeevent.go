@@ -52,7 +52,7 @@ type Event struct {
 	APIVersion string // empty when the event has none
 	Livemode   bool
 	Account    string // connected account for Connect events, else empty
-	ObjectID   string // data.object.id, else empty
+	ObjectID   string // data.object.id; of a thin event, related_object.id; else empty
 	Payload    []byte // the exact bytes that were signed
 	// SecretFingerprint is Fingerprint of the signing secret that verified
 	// the delivery (never the secret itself).
@@ -132,6 +132,12 @@ type wire struct {
 	Data       *struct {
 		Object json.RawMessage `json:"object"`
 	} `json:"data"`
+	// RelatedObject is a thin event's (object "v2.core.event"): it carries
+	// no data, only the object it is about (stripe-go's ThinEvent;
+	// https://docs.stripe.com/api/v2/events).
+	RelatedObject *struct {
+		ID string `json:"id"`
+	} `json:"related_object"`
 }
 
 // Parse reads the fields the inbox stores from an event whose origin was
@@ -171,6 +177,9 @@ func parse(body []byte) (Event, error) {
 		if json.Unmarshal(w.Data.Object, &obj) == nil {
 			ev.ObjectID = obj.ID
 		}
+	}
+	if ev.ObjectID == "" && w.RelatedObject != nil {
+		ev.ObjectID = w.RelatedObject.ID
 	}
 	return ev, nil
 }
