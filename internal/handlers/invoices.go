@@ -174,8 +174,9 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 }
 
 // invoice.paid: move to paid unless void, then book the payment once per
-// invoice. The outbox row is written only when the entry is newly booked, so
-// a second Event object for the same payment notifies no one twice. A payment
+// invoice. The outbox row and the write-back intent (when on) are written
+// only when the entry is newly booked, so a second Event object for the same
+// payment notifies no one twice and asks for no second write-back. A payment
 // on a void invoice books nothing and raises an anomaly.
 //
 // The common cases (the invoice moves to paid, or it was already paid) take
@@ -183,7 +184,7 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 // on a void invoice takes a second one to record the anomaly, and a link to
 // a payment whose refunds were booked before it was known takes a second
 // one to move them to the invoice.
-func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
+func (o Options) invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
 	payload, _ := json.Marshal(map[string]any{
 		"invoice_id": inv.ID.V, "customer_id": inv.customer(), "amount": inv.AmountPaid.V, "currency": inv.Currency.V, "event_id": ev.ID,
 	})
@@ -193,7 +194,8 @@ func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Res
 	)
 	payments := inv.payments()
 	err := tx.QueryRow(ctx, payInvoice, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForPaid,
-		m.Created, statusRank["paid"], ev.ID, "InvoicePaymentBooked", string(payload), payments).Scan(&now, &seen, &move)
+		m.Created, statusRank["paid"], ev.ID, "InvoicePaymentBooked", string(payload), payments,
+		o.WritebackOn(WritebackCustomerMetadata)).Scan(&now, &seen, &move)
 	if err != nil {
 		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)
 	}

@@ -56,9 +56,11 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 
 // payInvoice: the parameters of upsertInvoice with target 'paid', then
 // $11 outbox event_type, $12 outbox payload, $13 the payments (ch_/pi_ ids)
-// the invoice names. In one statement: moves the invoice to paid (or creates
-// it paid), books the payment, queues the notification and records the
-// payment links (see linkPayments). It returns the invoice's status after
+// the invoice names, $14 whether the customer_metadata write-back is on. In
+// one statement: moves the invoice to paid (or creates it paid), books the
+// payment, queues the notification, records the write-back intent (only
+// when it booked, and only for an invoice with a customer; see
+// writebacks.go) and records the payment links (see linkPayments). It returns the invoice's status after
 // this statement when the statement changed the row (NULL otherwise), the
 // status as this statement's snapshot saw it (NULL if absent), and whether
 // refunds of the payments may still be booked under another key than their
@@ -83,6 +85,13 @@ RETURNING id
 ), queued AS (
 ` + outbox.InsertRowsSQL + `
 SELECT 'Invoice', $1, $11, $12::jsonb FROM booked
+), intended AS (
+INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id)
+SELECT '` + WritebackCustomerMetadata + `', $2::text,
+       jsonb_build_object('metadata', jsonb_build_object('` + LastPaidInvoiceKey + `', $1::text)),
+       ` + customerMetadataKeySQL + `, $10::text
+  FROM booked WHERE $14::bool AND coalesce($2::text, '') <> ''
+ON CONFLICT (idempotency_key) DO NOTHING
 ), linked AS (` + linkPaymentsCTE + `
 )
 SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1),

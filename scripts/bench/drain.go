@@ -190,7 +190,7 @@ BEGIN;
 ` + pgbenchSQL(benchsql.LockSQL, ":provider", ":endpoint", ":event_id") + `;
 ` + pgbenchSQL(benchsql.PayInvoiceSQL, ":coalesce", "'cus_1'", "'paid'", "'usd'", "1000", "1000", "'"+benchsql.PaidFrom+"'",
 		"1700000000", strconv.Itoa(int(benchsql.PaidRank)), ":event_id", "'InvoicePaymentBooked'",
-		`'{"invoice_id": "in", "customer_id": "cus_1", "amount": 1000, "currency": "usd"}'`, "ARRAY['ch_' || :coalesce]") + `;
+		`'{"invoice_id": "in", "customer_id": "cus_1", "amount": 1000, "currency": "usd"}'`, "ARRAY['ch_' || :coalesce]", "false") + `;
 ` + pgbenchSQL(benchsql.MarkProcessedSQL, ":provider", ":endpoint", ":event_id", "'applied'", "NULL") + `;
 COMMIT;
 `
