@@ -14,6 +14,15 @@
 --                    so a second Event object for the same payment, which
 --                    books nothing, cannot record a second intent either
 --                    (UNIQUE, and the handler inserts only when it booked)
+--                    (at most 240 characters: a retried refusal appends
+--                    ':retry<N>', and Stripe takes 255)
+--   key_generation   0, or how many times an operator retried the intent
+--                    after Stripe refused it (a 4xx, which changed nothing):
+--                    Stripe replays a refusal saved under a key, so such a
+--                    retry sends under idempotency_key || ':retry<N>'
+--   refused          the intent was parked because Stripe refused it (not
+--                    because ambiguous failures used up its attempts: then
+--                    the call may have run, and a retry keeps the key)
 --   event_id         the receipt that booked it (audit)
 --   status           pending (the sender tries it), done (its result is
 --                    recorded: never called again), parked (Stripe refused
@@ -46,7 +55,9 @@ CREATE TABLE writeback_intents (
     kind             text        NOT NULL CHECK (kind IN ('customer_metadata')),
     target           text        NOT NULL CHECK (target <> ''),
     params           jsonb       NOT NULL CHECK (jsonb_typeof(params) = 'object'),
-    idempotency_key  text        NOT NULL UNIQUE CHECK (length(idempotency_key) BETWEEN 1 AND 255),
+    idempotency_key  text        NOT NULL UNIQUE CHECK (length(idempotency_key) BETWEEN 1 AND 240),
+    key_generation   integer     NOT NULL DEFAULT 0,
+    refused          boolean     NOT NULL DEFAULT false,
     event_id         text        NOT NULL,
     status           text        NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'done', 'parked')),
     attempts         integer     NOT NULL DEFAULT 0,
