@@ -266,7 +266,7 @@ func TestAfterTheKeyLifetimeReadBackFirst(t *testing.T) {
 		applied int
 		via     string
 	}{
-		"the first call ran":        {stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true}, 1, writeback.ViaReadBack},
+		"the first call ran":         {stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true}, 1, writeback.ViaReadBack},
 		"the first call did not run": {stripeapitest.Fault{Method: http.MethodPost, Status: 500}, 1, writeback.ViaCall},
 	} {
 		t.Run(name, func(t *testing.T) {
