@@ -25,6 +25,9 @@ type Local struct {
 	// STRIPE_API_KEY is set (see loadLocalReconcile).
 	Reconcile         Reconcile
 	ReconcileInterval time.Duration
+	// Writeback: the write-back sender, which runs with the worker when
+	// WRITEBACKS is set (see loadLocalWriteback).
+	Writeback LocalWriteback
 }
 
 // LocalWorkerTimeout is the local runner's default WORKER_TIMEOUT for a
@@ -138,5 +141,6 @@ func LoadLocal(env Env) (Local, error) {
 		}
 	}
 	p.loadLocalReconcile(env, &l)
+	p.loadLocalWriteback(env, &l)
 	return l, p.err()
 }
