@@ -231,5 +231,10 @@ func opsGrants(ops string) []string {
 		// lease; never published_at, the payload or last_error.
 		"GRANT UPDATE (attempts, available_at, leased_until, claim_token) ON public.outbox TO " + ops,
 		"GRANT SELECT, INSERT ON public.ops_audit TO " + ops,
+		// writebacks, writeback, writeback-retry (writeback.RetryParked):
+		// a parked intent made due with fresh attempts; never its result,
+		// key, parameters or first attempt.
+		"GRANT SELECT ON public.writeback_intents TO " + ops,
+		"GRANT UPDATE (status, attempts, available_at, leased_until, claim_token, key_generation, refused) ON public.writeback_intents TO " + ops,
 	}
 }
