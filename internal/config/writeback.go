@@ -43,7 +43,7 @@ func (p *problems) loadLocalWriteback(env Env, l *Local) {
 	l.Writeback = w
 }
 
-// describe is the line the local runner prints.
+// String is the line the local runner prints.
 func (w LocalWriteback) String() string {
 	base := w.Client.BaseURL
 	if base == "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -166,9 +165,6 @@ func ReadBacklog(ctx context.Context, db DB, now *time.Time) (Backlog, error) {
 	}
 	return b, nil
 }
-
-// ErrNotParked means the intent asked for is not waiting for a human.
-var ErrNotParked = errors.New("the write-back intent is not parked")
 
 func newToken() (string, error) {
 	var b [16]byte
