@@ -1,8 +1,9 @@
 // Command local runs the system on one machine: it applies the migrations,
 // serves the webhook over plain HTTP exactly as the Function URL would
 // present it, and runs the worker and the purge on short intervals in place
-// of their EventBridge schedules, and the reconciler when STRIPE_API_KEY is
-// set. LOCAL_COMPONENTS picks the parts (default all), so
+// of their EventBridge schedules, the reconciler when STRIPE_API_KEY is
+// set, and the write-back sender when WRITEBACKS is set (against
+// STRIPE_API_BASE). LOCAL_COMPONENTS picks the parts (default all), so
 // the fault-injection suite can run webhooks and workers as separate
 // processes. scripts/dev.sh starts it with a database.
 package main
@@ -25,10 +26,12 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/bootstrap"
 	"github.com/stripe-inbox/inbox/internal/config"
+	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/ingest"
 	"github.com/stripe-inbox/inbox/internal/migrate"
 	"github.com/stripe-inbox/inbox/internal/wake"
 	"github.com/stripe-inbox/inbox/internal/webhook"
+	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
 func main() {
@@ -150,6 +153,11 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 			fmt.Printf("worker running every %s, booking Stripe %s mode (STRIPE_MODE)\n", cfg.WorkerInterval, cfg.Worker.Worker.Mode)
 		}
 	}
+	if cfg.Writeback.Enabled {
+		if err := startWriteback(ctx, &wg, cfg, logger); err != nil {
+			return err
+		}
+	}
 	if cfg.Runs("purge") {
 		p, pool, err := bootstrap.NewPurger(ctx, cfg.Purge, logger, io.Discard)
 		if err != nil {
@@ -188,6 +196,43 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		return err
 	}
 	wg.Wait()
+	return nil
+}
+
+// startWriteback runs the write-back sender (WRITEBACKS) every
+// WRITEBACK_INTERVAL against STRIPE_API_BASE, on a small pool of its own:
+// in the stack it is the writeback function with the writebackstore
+// function in front of the database.
+func startWriteback(ctx context.Context, wg *sync.WaitGroup, cfg config.Local, logger *slog.Logger) error {
+	dbc := cfg.Worker.Database
+	dbc.MaxConns = 2
+	dbc.PreparedStatements = false
+	pool, err := database.Open(ctx, dbc, nil)
+	if err != nil {
+		return fmt.Errorf("write-back sender: %w", err)
+	}
+	api, err := writeback.NewClient(cfg.Writeback.Client)
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	s, err := writeback.New(writeback.DBStore{DB: pool}, api, cfg.Writeback.Sender, logger, nil)
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		pool.Close()
+	}()
+	schedule(ctx, wg, logger, "writeback", cfg.Writeback.Interval, time.Minute, 1, nil, func(runCtx context.Context) {
+		if _, err := s.Run(runCtx); err != nil && ctx.Err() == nil {
+			logger.Error("write-back run failed", "error", err)
+		}
+	})
+	fmt.Println(cfg.Writeback.String())
 	return nil
 }
 

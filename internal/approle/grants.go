@@ -292,6 +292,12 @@ func workerGrants(worker string) []string {
 		"GRANT SELECT (id, aggregate_type, aggregate_id, event_type, payload, created_at, published_at, attempts, available_at, claim_token, last_error) ON public.outbox TO " + worker,
 		"GRANT INSERT (aggregate_type, aggregate_id, event_type, payload) ON public.outbox TO " + worker,
 		"GRANT UPDATE (attempts, available_at, leased_until, claim_token, last_error, published_at) ON public.outbox TO " + worker,
+		// payInvoice's write-back intent (internal/handlers writebacks.go):
+		// INSERT only, ON CONFLICT (idempotency_key) DO NOTHING; needed even
+		// with write-backs off, as PostgreSQL checks a statement's every
+		// table. Sending and recording are the sender's (internal/writeback).
+		"GRANT SELECT (idempotency_key) ON public.writeback_intents TO " + worker,
+		"GRANT INSERT (kind, target, params, idempotency_key, event_id) ON public.writeback_intents TO " + worker,
 	}, workerDisputeGrants(worker)...)
 }
 
@@ -309,5 +315,10 @@ func opsGrants(ops string) []string {
 		// lease; never published_at, the payload or last_error.
 		"GRANT UPDATE (attempts, available_at, leased_until, claim_token) ON public.outbox TO " + ops,
 		"GRANT SELECT, INSERT ON public.ops_audit TO " + ops,
+		// writebacks, writeback, writeback-retry (writeback.RetryParked):
+		// a parked intent made due with fresh attempts; never its result,
+		// key, parameters or first attempt.
+		"GRANT SELECT ON public.writeback_intents TO " + ops,
+		"GRANT UPDATE (status, attempts, available_at, leased_until, claim_token, key_generation, refused) ON public.writeback_intents TO " + ops,
 	}
 }

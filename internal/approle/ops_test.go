@@ -29,6 +29,11 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 	require.Contains(t, sum.Roles.Users, UserResult{Role: d.roles.Ops, Created: true})
 	requirePassword(t, d.db, d.roles.Ops, d.pw.Ops)
 	fx := opstest.Seed(t, d.db)
+	var parked int64
+	require.NoError(t, d.db.Pool.QueryRow(d.ctx, `
+INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id, status, refused, attempts, last_error)
+VALUES ('customer_metadata', 'cus_x', '{"metadata": {"k": "v"}}', 'inbox:customer_metadata:in_x:payment', 'evt_x', 'parked', true, 1, '404')
+RETURNING id`).Scan(&parked))
 
 	pool, err := pgxpool.New(d.ctx, d.dsnAs(t, d.roles.Ops))
 	require.NoError(t, err)
@@ -50,12 +55,17 @@ func TestOpsRoleMayOnlyOperate(t *testing.T) {
 		{Command: ops.CmdOutboxRetry, Waiting: true, DryRun: true, Reason: "check"},
 		{Command: ops.CmdOutboxRetry, OutboxIDs: fx.OutboxWaiting[:1], Reason: "rule fixed"},
 		{Command: ops.CmdOutboxRetry, Waiting: true, Reason: "bus policy fixed"},
+		{Command: ops.CmdWritebacks},
+		{Command: ops.CmdWriteback, WritebackID: parked},
+		{Command: ops.CmdWritebackRetry, WritebackID: parked, DryRun: true, Reason: "check"},
+		{Command: ops.CmdWritebackRetry, WritebackID: parked, Reason: "customer restored"},
 	} {
 		_, err := o.Do(d.ctx, r, c)
 		require.NoError(t, err, r.Command)
 	}
-	// retry, resolve, two outbox-retries, and the read of a payload.
-	require.Equal(t, 5, d.db.Count(t, "ops_audit", "request_id = 'req-1'"))
+	// retry, resolve, two outbox-retries, a writeback-retry, and the read of a payload.
+	require.Equal(t, 6, d.db.Count(t, "ops_audit", "request_id = 'req-1'"))
+	require.Equal(t, 1, d.db.Count(t, "writeback_intents", "id = $1 AND status = 'pending' AND key_generation = 1", parked), "writeback-retry, as inbox_ops")
 	require.Equal(t, 2, d.db.Count(t, "outbox", "attempts = 0 AND last_error = $1", opstest.OutboxError), "outbox-retry, as inbox_ops")
 	require.Equal(t, 1, d.db.Count(t, "outbox", "id = $1 AND published_at IS NOT NULL AND attempts = 10", fx.OutboxPublished))
 

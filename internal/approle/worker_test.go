@@ -154,7 +154,9 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 		t.Helper()
 		cfg := worker.Config{Mode: worker.ModeLive, Concurrency: 2, MaxAttempts: 2, BatchSize: batchSize, ClaimLimit: 10,
 			StatementTimeout: 2 * time.Second, DeadlineMargin: 6 * time.Second, Lease: time.Minute}
-		w, err := worker.New(pool, handlers.Default(), cfg, discard, metrics.New(io.Discard, "Test", nil))
+		// With the sample write-back on: its intent is one of the worker's
+		// statements (the superset a deployment can run).
+		w, err := worker.New(pool, handlers.New(handlers.Options{Writebacks: []string{handlers.WritebackCustomerMetadata}}), cfg, discard, metrics.New(io.Discard, "Test", nil))
 		require.NoError(t, err)
 		w.Now = func() *time.Time { return &now }
 		return w
@@ -276,6 +278,7 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 		"UPDATE refunds AS x",                                      // attributeRefunds
 		"WITH linked AS (\nINSERT INTO payment_links",              // linkPayments
 		"INSERT INTO anomalies",                                    // raiseAnomaly
+		"INSERT INTO writeback_intents",                            // payInvoice's intent (write-backs on)
 		"claim_token  = $5::uuid",                                  // outbox claimRows
 		"SET published_at",                                         // markPublished
 		"last_error = f.error",                                     // recordFailures
@@ -315,7 +318,7 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 	conn2 := d.connectAs(t, d.roles.Worker)
 	var denied []string
 	for _, table := range []string{"webhook_inbox", "invoices", "ledger_entries", "refunds", "payment_links", "anomalies", "outbox",
-		"disputes", "reconcile_high_water", "ops_audit", "schema_migrations"} {
+		"disputes", "writeback_intents", "reconcile_high_water", "ops_audit", "schema_migrations"} {
 		denied = append(denied, "DELETE FROM "+table, "TRUNCATE "+table)
 	}
 	requireDenied(t, conn2, denied...)

@@ -35,6 +35,9 @@ type Local struct {
 	// EventBridge maps sources to endpoints for POST /_eventbridge, served
 	// with the webhook (localEventBridge).
 	EventBridge ingest.Sources
+	// Writeback: the write-back sender, which runs with the worker when
+	// WRITEBACKS is set (see loadLocalWriteback).
+	Writeback LocalWriteback
 }
 
 // LocalWorkerTimeout is the local runner's default WORKER_TIMEOUT for a
@@ -153,5 +156,6 @@ func LoadLocal(env Env) (Local, error) {
 		}
 	}
 	p.loadLocalReconcile(env, &l)
+	p.loadLocalWriteback(env, &l)
 	return l, p.err()
 }

@@ -24,7 +24,9 @@ type Worker struct {
 // STRIPE_API_VERSION (optional: count receipts of other versions),
 // STRIPE_UNNAMED_RELEASES (book, the default, or hold: what the handlers do
 // with an event of a Stripe release the code has not named; see
-// handlers.Options), and the database settings. The pool gets one connection per drainer plus one.
+// handlers.Options), WRITEBACKS (off, the default, or customer_metadata:
+// record the sample write-back's intent with each newly booked payment; see
+// docs/writebacks.md), and the database settings. The pool gets one connection per drainer plus one.
 func LoadWorker(env Env) (Worker, error) {
 	var p problems
 	wc := worker.Config{Mode: strings.TrimSpace(env("STRIPE_MODE"))}
@@ -53,6 +55,7 @@ func LoadWorker(env Env) (Worker, error) {
 	if w.Handlers.UnnamedReleases == "" {
 		w.Handlers.UnnamedReleases = handlers.BookUnnamed
 	}
+	w.Handlers.Writebacks = handlers.ParseWritebacks(env("WRITEBACKS"))
 	p.addErr("", w.Handlers.Validate())
 	w.Database.PreparedStatements = true // see internal/database
 	if wc.Concurrency >= 1 && int(w.Database.MaxConns) < wc.Concurrency+1 {

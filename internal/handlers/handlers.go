@@ -99,7 +99,7 @@ func New(o Options) Registry {
 	return Registry{
 		"invoice.created":                 on(o, invoiceCreated),
 		"invoice.finalized":               on(o, invoiceFinalized),
-		"invoice.paid":                    on(o, invoicePaid),
+		"invoice.paid":                    on(o, o.invoicePaid),
 		"invoice.voided":                  on(o, invoiceVoided),
 		"invoice.marked_uncollectible":    on(o, invoiceMarkedUncollectible),
 		"invoice_payment.paid":            on(o, invoicePaymentPaid),

@@ -298,7 +298,8 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 // Stripe as 'paid_out_of_band' (split), each with one outbox row
 // (InvoicePaymentBooked, InvoicePaidOutOfBand) written only when the entry
 // is newly booked, so a second Event object for the same payment notifies
-// no one twice. An invoice paid wholly outside Stripe has no 'payment'
+// no one twice, and the write-back intent (when on) is recorded only then,
+// so it asks for no second write-back. An invoice paid wholly outside Stripe has no 'payment'
 // entry: no money moved through Stripe. A payment on a void invoice books
 // nothing and raises an anomaly.
 //
@@ -309,7 +310,7 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 // on a void invoice takes a second one to record the anomaly, and a link to
 // a payment whose refunds or disputes were booked before it was known takes
 // more to move them to the invoice.
-func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
+func (o Options) invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
 	viaStripe, outside := inv.split()
 	payload := func(amount int64) string {
 		b, _ := json.Marshal(map[string]any{
@@ -328,7 +329,8 @@ func invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Res
 		sql = payInvoice
 	}
 	err := tx.QueryRow(ctx, sql, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForPaid,
-		m.Created, statusRank["paid"], ev.ID, account(ev), payload(viaStripe), payments, viaStripe, outside, payload(outside)).Scan(&now, &seen, &move)
+		m.Created, statusRank["paid"], ev.ID, account(ev), payload(viaStripe), payments, viaStripe, outside, payload(outside),
+		o.WritebackOn(WritebackCustomerMetadata)).Scan(&now, &seen, &move)
 	if err != nil {
 		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)
 	}

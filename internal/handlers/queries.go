@@ -58,11 +58,14 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 // payInvoice: the parameters of upsertInvoice with target 'paid', then
 // $12 the payment's outbox payload, $13 the payments (ch_/pi_ ids) the
 // invoice names, $14 the amount paid through Stripe, $15 the amount paid
-// outside Stripe, $16 the out-of-band payment's outbox payload. In one
+// outside Stripe, $16 the out-of-band payment's outbox payload, $17
+// whether the customer_metadata write-back is on. In one
 // statement: moves the invoice to paid (or creates it paid), books the
 // payment ('payment', $14, unless the invoice was paid wholly outside
 // Stripe) and the money paid outside Stripe ('paid_out_of_band', $15, when
-// above 0), queues one notification per entry booked and records the
+// above 0), queues one notification per entry booked, records the
+// write-back intent (only when it booked the payment, only for the
+// platform's own invoice with a customer; see writebacks.go) and records the
 // payment links (see linkPayments). It returns the invoice's status after
 // this statement when the statement changed the row (NULL otherwise), the
 // status as this statement's snapshot saw it (NULL if absent), and whether
@@ -109,6 +112,13 @@ RETURNING kind
 ` + outbox.InsertRowsSQL + `
 SELECT 'Invoice', $1, CASE kind WHEN 'payment' THEN 'InvoicePaymentBooked' ELSE 'InvoicePaidOutOfBand' END,
        CASE kind WHEN 'payment' THEN $12::jsonb ELSE $16::jsonb END FROM booked
+), intended AS (
+INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id)
+SELECT '` + WritebackCustomerMetadata + `', $2::text,
+       jsonb_build_object('metadata', jsonb_build_object('` + LastPaidInvoiceKey + `', $1::text)),
+       ` + customerMetadataKeySQL + `, $10::text
+  FROM booked WHERE kind = 'payment' AND $17::bool AND coalesce($2::text, '') <> '' AND $11::text IS NULL
+ON CONFLICT (idempotency_key) DO NOTHING
 )`
 
 // linkPaymentsCTE: $1 invoice id, $13 payment ids (sorted, so that

@@ -163,13 +163,16 @@ const (
 type Options struct {
 	// UnnamedReleases: BookUnnamed ("" means it) or HoldUnnamed.
 	UnnamedReleases UnnamedReleases
+	// Writebacks are the write-backs turned on (WRITEBACKS, see
+	// writebacks.go); none by default.
+	Writebacks []string
 }
 
 // Validate reports a setting that is not one of the documented values.
 func (o Options) Validate() error {
 	switch o.UnnamedReleases {
 	case "", BookUnnamed, HoldUnnamed:
-		return nil
+		return o.validateWritebacks()
 	}
 	return fmt.Errorf("STRIPE_UNNAMED_RELEASES=%q: must be %q (book an event of a Stripe release the code has not named when its fields satisfy the handlers' contracts) or %q (hold it for review)",
 		o.UnnamedReleases, BookUnnamed, HoldUnnamed)

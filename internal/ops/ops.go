@@ -42,6 +42,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/outbox"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
+	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
 // Commands.
@@ -58,10 +59,17 @@ const (
 	// CmdOutboxRetry gives them fresh attempts (outbox.go).
 	CmdOutbox      = "outbox"
 	CmdOutboxRetry = "outbox-retry"
+	// CmdWritebacks lists the write-backs to Stripe waiting for a human,
+	// CmdWriteback shows one (attempts, result), CmdWritebackRetry sends a
+	// parked one again (writebacks.go).
+	CmdWritebacks     = "writebacks"
+	CmdWriteback      = "writeback"
+	CmdWritebackRetry = "writeback-retry"
 )
 
 // Commands lists every command Do accepts.
-var Commands = []string{CmdStatus, CmdReceipts, CmdShow, CmdRetry, CmdAnomalies, CmdResolve, CmdSecrets, CmdOutbox, CmdOutboxRetry}
+var Commands = []string{CmdStatus, CmdReceipts, CmdShow, CmdRetry, CmdAnomalies, CmdResolve, CmdSecrets, CmdOutbox, CmdOutboxRetry,
+	CmdWritebacks, CmdWriteback, CmdWritebackRetry}
 
 // Limits of a request.
 const (
@@ -121,7 +129,9 @@ type Request struct {
 	// OutboxIDs: outbox-retry of these outbox rows; Waiting: of every row
 	// waiting for a human (one of the two).
 	OutboxIDs []int64 `json:"outbox_ids,omitempty"`
-	Waiting   bool    `json:"waiting,omitempty"`
+	// WritebackID: writeback and writeback-retry of this intent.
+	WritebackID int64 `json:"writeback_id,omitempty"`
+	Waiting     bool  `json:"waiting,omitempty"`
 	// AllUnpublished: outbox lists every unpublished row, not only those
 	// waiting for a human.
 	AllUnpublished bool `json:"all_unpublished,omitempty"`
@@ -137,7 +147,7 @@ type Request struct {
 // IAM identity it verified (Function).
 func (r Request) Audited() bool {
 	switch r.Command {
-	case CmdRetry, CmdOutboxRetry:
+	case CmdRetry, CmdOutboxRetry, CmdWritebackRetry:
 		return !r.DryRun
 	case CmdResolve:
 		return true
@@ -182,7 +192,12 @@ type Response struct {
 	// Outbox and OutboxRetry answer CmdOutbox and CmdOutboxRetry.
 	Outbox      *OutboxPage        `json:"outbox,omitempty"`
 	OutboxRetry *OutboxRetryResult `json:"outbox_retry,omitempty"`
-	Error       *Error             `json:"error,omitempty"`
+	// Writebacks, Writeback and WritebackRetry answer CmdWritebacks,
+	// CmdWriteback and CmdWritebackRetry.
+	Writebacks     *WritebackList        `json:"writebacks,omitempty"`
+	Writeback      *writeback.Detail     `json:"writeback,omitempty"`
+	WritebackRetry *WritebackRetryResult `json:"writeback_retry,omitempty"`
+	Error          *Error                `json:"error,omitempty"`
 }
 
 // Caller is who runs a request, for the audit trail.
@@ -290,6 +305,12 @@ func (o *Ops) Do(ctx context.Context, req Request, c Caller) (Response, error) {
 		resp.Outbox, err = o.outboxRows(ctx, req)
 	case CmdOutboxRetry:
 		resp.OutboxRetry, err = o.outboxRetry(ctx, req, c)
+	case CmdWritebacks:
+		resp.Writebacks, err = o.writebacks(ctx, req)
+	case CmdWriteback:
+		resp.Writeback, err = o.writeback(ctx, req)
+	case CmdWritebackRetry:
+		resp.WritebackRetry, err = o.writebackRetry(ctx, req, c)
 	}
 	if err != nil {
 		return Response{}, err
@@ -354,6 +375,10 @@ func (r Request) check() error {
 		return nil
 	case CmdOutboxRetry:
 		return r.checkOutboxRetry()
+	case CmdWritebacks:
+		return nil
+	case CmdWriteback, CmdWritebackRetry:
+		return r.checkWriteback()
 	}
 	if r.After != "" {
 		if _, err := decodeCursor(r.After); err != nil {

@@ -60,6 +60,11 @@ Commands:
   outbox-retry ID...|--waiting
                              give waiting outbox rows fresh attempts, due now (never a
                              published row); --reason TEXT (required), --dry-run
+  writebacks                 write-backs to Stripe that wait for a human (parked), oldest first
+  writeback ID               one write-back: its parameters, key, attempts, last error and result
+  writeback-retry ID         send a parked write-back again (fresh attempts, due now; the
+                             sender reads back first once its key is 24 h old)
+                             --reason TEXT (required), --dry-run
   fingerprint                print the fingerprint of the signing secret read from stdin
 
 Filters: --endpoint NAME --type EVENT_TYPE --state backlog|failed|needs-review|processed
@@ -208,22 +213,26 @@ var valueFlags = map[string]bool{
 // commandFlags are the flags each command accepts besides --json and
 // --stage.
 var commandFlags = map[string][]string{
-	ops.CmdStatus:      {},
-	ops.CmdReceipts:    {"endpoint", "type", "state", "since", "until", "error", "limit", "after"},
-	ops.CmdShow:        {"endpoint", "payload", "reason"},
-	ops.CmdRetry:       {"endpoint", "type", "state", "since", "until", "error", "dry-run", "reason"},
-	ops.CmdAnomalies:   {"all", "limit"},
-	ops.CmdResolve:     {"note"},
-	ops.CmdSecrets:     {"window"},
-	ops.CmdOutbox:      {"all-unpublished", "limit", "after"},
-	ops.CmdOutboxRetry: {"waiting", "dry-run", "reason"},
-	"fingerprint":      {},
-	"help":             {},
+	ops.CmdStatus:         {},
+	ops.CmdReceipts:       {"endpoint", "type", "state", "since", "until", "error", "limit", "after"},
+	ops.CmdShow:           {"endpoint", "payload", "reason"},
+	ops.CmdRetry:          {"endpoint", "type", "state", "since", "until", "error", "dry-run", "reason"},
+	ops.CmdAnomalies:      {"all", "limit"},
+	ops.CmdResolve:        {"note"},
+	ops.CmdSecrets:        {"window"},
+	ops.CmdOutbox:         {"all-unpublished", "limit", "after"},
+	ops.CmdOutboxRetry:    {"waiting", "dry-run", "reason"},
+	ops.CmdWritebacks:     {"limit"},
+	ops.CmdWriteback:      {},
+	ops.CmdWritebackRetry: {"dry-run", "reason"},
+	"fingerprint":         {},
+	"help":                {},
 }
 
 // positional is how many positional arguments each command takes (after
 // the command): exactly 1 for show and resolve, at most 1 for retry.
-var positional = map[string][2]int{ops.CmdShow: {1, 1}, ops.CmdResolve: {1, 1}, ops.CmdRetry: {0, 1}, ops.CmdOutboxRetry: {0, ops.MaxOutboxIDs}}
+var positional = map[string][2]int{ops.CmdShow: {1, 1}, ops.CmdResolve: {1, 1}, ops.CmdRetry: {0, 1}, ops.CmdOutboxRetry: {0, ops.MaxOutboxIDs},
+	ops.CmdWriteback: {1, 1}, ops.CmdWritebackRetry: {1, 1}}
 
 var stageName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
 
@@ -280,7 +289,7 @@ func parse(args []string, now time.Time) (invocation, error) {
 	inv.command, pos = pos[0], pos[1:]
 	allowed, ok := commandFlags[inv.command]
 	if !ok {
-		return inv, mistakef("unknown command %q: use status, receipts, show, retry, anomalies, resolve, secrets, outbox, outbox-retry or fingerprint (inboxctl help)", inv.command)
+		return inv, mistakef("unknown command %q: use status, receipts, show, retry, anomalies, resolve, secrets, outbox, outbox-retry, writebacks, writeback, writeback-retry or fingerprint (inboxctl help)", inv.command)
 	}
 	for name := range vals {
 		if name != "json" && name != "stage" && !slices.Contains(allowed, name) {
@@ -296,6 +305,7 @@ func parse(args []string, now time.Time) (invocation, error) {
 			return inv, mistakef("%s takes %s: %s", inv.command, map[string]string{
 				ops.CmdShow: "one EVENT_ID", ops.CmdResolve: "one anomaly ID", ops.CmdRetry: "one EVENT_ID or filters",
 				ops.CmdOutboxRetry: fmt.Sprintf("at most %d outbox row IDs (or --waiting)", ops.MaxOutboxIDs),
+				ops.CmdWriteback:   "one write-back ID", ops.CmdWritebackRetry: "one write-back ID",
 			}[inv.command], strings.Join(append([]string{"got"}, quoted(pos)...), " "))
 		}
 	} else if len(pos) > 0 {
@@ -335,6 +345,12 @@ func parse(args []string, now time.Time) (invocation, error) {
 			return inv, mistakef("resolve %q: the anomaly's ID is a positive number (inboxctl anomalies lists them)", pos[0])
 		}
 		r.AnomalyID = id
+	case ops.CmdWriteback, ops.CmdWritebackRetry:
+		id, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || id <= 0 {
+			return inv, mistakef("%s %q: a write-back ID is a positive number (inboxctl writebacks lists them)", inv.command, pos[0])
+		}
+		r.WritebackID = id
 	case ops.CmdOutboxRetry:
 		for _, p := range pos {
 			id, err := strconv.ParseInt(p, 10, 64)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/ops"
+	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
 // render writes resp for people: aligned tables, times in UTC.
@@ -28,6 +29,12 @@ func render(w io.Writer, resp ops.Response, now time.Time) {
 		renderOutbox(tw, resp.Outbox)
 	case resp.OutboxRetry != nil:
 		renderOutboxRetry(tw, resp.OutboxRetry)
+	case resp.Writebacks != nil:
+		renderWritebacks(tw, resp.Writebacks)
+	case resp.Writeback != nil:
+		renderWriteback(tw, resp.Writeback)
+	case resp.WritebackRetry != nil:
+		renderWritebackRetry(tw, resp.WritebackRetry)
 	case resp.Anomalies != nil:
 		if resp.Anomalies.Count == 0 {
 			fmt.Fprintln(tw, "no open anomalies")
@@ -283,4 +290,49 @@ func source(r inbox.Receipt) string {
 		return r.Source + " (the reconciler listed it first; the delivery replaced its copy)"
 	}
 	return r.Source
+}
+
+func renderWritebacks(tw *tabwriter.Writer, l *ops.WritebackList) {
+	if l.Count == 0 {
+		fmt.Fprintln(tw, "no write-backs wait for a human")
+		return
+	}
+	fmt.Fprintln(tw, "ID\tKIND\tTARGET\tATTEMPTS\tFIRST ATTEMPT\tCREATED\tLAST ERROR")
+	for _, r := range l.Rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Kind, r.Target, r.Attempts, ts(r.FirstAttemptAt), ts(&r.CreatedAt), oneLine(r.LastError, 60))
+	}
+	fmt.Fprintf(tw, "\n%d write-backs waiting for a human (inboxctl writeback ID shows one; writeback-retry ID --reason TEXT sends it again)\n", l.Count)
+}
+
+func renderWriteback(tw *tabwriter.Writer, d *writeback.Detail) {
+	fmt.Fprintf(tw, "write-back\t%d\n", d.ID)
+	fmt.Fprintf(tw, "kind\t%s\n", d.Kind)
+	fmt.Fprintf(tw, "target\t%s\n", d.Target)
+	fmt.Fprintf(tw, "params\t%s\n", d.Params)
+	fmt.Fprintf(tw, "idempotency key\t%s\n", d.IdempotencyKey)
+	fmt.Fprintf(tw, "booked by\t%s\n", d.EventID)
+	fmt.Fprintf(tw, "status\t%s\n", d.Status)
+	fmt.Fprintf(tw, "attempts\t%d\t(first %s, last %s)\n", d.Attempts, ts(d.FirstAttemptAt), ts(d.LastAttemptAt))
+	if d.Status == "pending" {
+		fmt.Fprintf(tw, "next attempt\t%s\n", ts(d.AvailableAt))
+	}
+	if d.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", oneLine(d.LastError, 200))
+	}
+	if d.Status == "done" {
+		fmt.Fprintf(tw, "result\t%s %s at %s\n", d.ResultVia, d.ResultID, ts(d.DoneAt))
+		fmt.Fprintf(tw, "answer\t%s\n", oneLine(string(d.Result), 200))
+	}
+}
+
+func renderWritebackRetry(tw *tabwriter.Writer, r *ops.WritebackRetryResult) {
+	if r.DryRun {
+		fmt.Fprintf(tw, "dry run: would retry write-back %d (%s %s, %d attempts, last error: %s; nothing changed)\n",
+			r.Intent.ID, r.Intent.Kind, r.Intent.Target, r.Intent.Attempts, oneLine(r.Intent.LastError, 80))
+		return
+	}
+	fmt.Fprintf(tw, "retried write-back %d: the sender sends it on its next run\n", r.Intent.ID)
+	if r.AuditID != 0 {
+		fmt.Fprintf(tw, "audit row %d\n", r.AuditID)
+	}
 }

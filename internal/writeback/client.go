@@ -1,0 +1,159 @@
+package writeback
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	stripe "github.com/stripe/stripe-go/v82"
+)
+
+// Customer is what a customer call answered: its id and metadata, and the
+// body as Stripe sent it (recorded as the intent's result).
+type Customer struct {
+	ID       string
+	Metadata map[string]string
+	Raw      json.RawMessage
+}
+
+// API is the Stripe calls the sender makes; *Client implements it, with
+// stripe-go.
+type API interface {
+	// UpdateCustomerMetadata is POST /v1/customers/{id} with metadata and
+	// the Idempotency-Key key.
+	UpdateCustomerMetadata(ctx context.Context, id string, metadata map[string]string, key string) (Customer, error)
+	// GetCustomer is GET /v1/customers/{id} (the read-back).
+	GetCustomer(ctx context.Context, id string) (Customer, error)
+}
+
+// CallError is a failed call: the HTTP status (0 when no answer came: a
+// timeout, a reset, a refused connection), the Retry-After header of a 429,
+// and the error.
+type CallError struct {
+	Status     int
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *CallError) Error() string {
+	if e.Status == 0 {
+		return "no answer: " + e.Err.Error()
+	}
+	return strconv.Itoa(e.Status) + ": " + e.Err.Error()
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Key is a secret or restricted key with Customers: Write
+	// (STRIPE_API_KEY).
+	Key string
+	// BaseURL is the API's base URL (STRIPE_API_BASE); "" is Stripe's.
+	BaseURL string
+	// HTTPClient carries the requests (default: a 30 s timeout).
+	HTTPClient *http.Client
+}
+
+// Client calls Stripe with stripe-go's backend: its request building
+// (Authorization, Stripe-Version, the form encoding of CustomerParams, the
+// Idempotency-Key header from Params.IdempotencyKey), its URL override
+// (BackendConfig.URL) and its error decoding (*stripe.Error), with
+// stripe-go's own retries off (MaxNetworkRetries 0): the sender retries,
+// after recording the attempt, and always with the intent's key.
+type Client struct {
+	backend stripe.Backend
+	key     string
+}
+
+// NewClient builds a Client.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Key == "" {
+		return nil, errors.New("writeback: no Stripe API key (STRIPE_API_KEY)")
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc2 := *hc
+	hc2.Transport = headerRecorder{base}
+	bc := &stripe.BackendConfig{
+		HTTPClient:        &hc2,
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+		EnableTelemetry:   stripe.Bool(false),
+	}
+	if cfg.BaseURL != "" {
+		bc.URL = stripe.String(cfg.BaseURL)
+	}
+	return &Client{backend: stripe.GetBackendWithConfig(stripe.APIBackend, bc), key: cfg.Key}, nil
+}
+
+// UpdateCustomerMetadata implements API (customer.Client.Update's call,
+// stripe-go v82 customer/client.go).
+func (c *Client) UpdateCustomerMetadata(ctx context.Context, id string, metadata map[string]string, key string) (Customer, error) {
+	info := &attemptInfo{}
+	p := &stripe.CustomerParams{Params: stripe.Params{Context: context.WithValue(ctx, attemptKey{}, info)}}
+	p.SetIdempotencyKey(key)
+	for k, v := range metadata {
+		p.AddMetadata(k, v)
+	}
+	var cu stripe.Customer
+	err := c.backend.Call(http.MethodPost, stripe.FormatURLPath("/v1/customers/%s", id), c.key, p, &cu)
+	return answer(&cu, err, info)
+}
+
+// GetCustomer implements API.
+func (c *Client) GetCustomer(ctx context.Context, id string) (Customer, error) {
+	info := &attemptInfo{}
+	p := &stripe.CustomerParams{Params: stripe.Params{Context: context.WithValue(ctx, attemptKey{}, info)}}
+	var cu stripe.Customer
+	err := c.backend.Call(http.MethodGet, stripe.FormatURLPath("/v1/customers/%s", id), c.key, p, &cu)
+	return answer(&cu, err, info)
+}
+
+func answer(cu *stripe.Customer, err error, info *attemptInfo) (Customer, error) {
+	if err != nil {
+		ce := &CallError{Status: info.status, Err: err}
+		var se *stripe.Error
+		if errors.As(err, &se) && se.HTTPStatusCode != 0 {
+			ce.Status = se.HTTPStatusCode
+		}
+		if secs, perr := strconv.Atoi(info.retryAfter); perr == nil && secs >= 0 {
+			ce.RetryAfter = time.Duration(secs) * time.Second
+		}
+		return Customer{}, ce
+	}
+	out := Customer{ID: cu.ID, Metadata: cu.Metadata}
+	if cu.LastResponse != nil {
+		out.Raw = cu.LastResponse.RawJSON
+	}
+	return out, nil
+}
+
+type attemptKey struct{}
+
+// attemptInfo is filled by headerRecorder for one call: stripe-go's
+// *stripe.Error keeps the status, not the headers (Retry-After).
+type attemptInfo struct {
+	status     int
+	retryAfter string
+}
+
+type headerRecorder struct{ base http.RoundTripper }
+
+func (h headerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := h.base.RoundTrip(req)
+	if info, ok := req.Context().Value(attemptKey{}).(*attemptInfo); ok && res != nil {
+		info.status = res.StatusCode
+		info.retryAfter = res.Header.Get("Retry-After")
+	}
+	return res, err
+}

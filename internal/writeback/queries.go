@@ -1,0 +1,106 @@
+package writeback
+
+// The writeback_intents table's SQL (its schema: migration 0021), but the
+// handlers' INSERT (internal/handlers payInvoice). $now is the caller's
+// clock when set (tests move time), the database's now() otherwise.
+
+// claimIntents: $1 now, $2 limit, $3 lease (seconds), $4 the claim's token,
+// $5 the key lifetime (seconds). Takes up to $2 due pending intents (others
+// held locked are skipped), counts the attempt, stamps the first attempt,
+// hides them until the lease's end and stamps them with the token. One
+// autocommit statement: the claim (and its attempt) is durable before any
+// call, so a sender that dies during the call has used the attempt and the
+// intent's first attempt is known. Returns whether the first attempt was
+// made longer ago than the key lifetime (read back first), and whether a
+// newer intent of the same kind and target has been recorded (superseded).
+const claimIntents = `
+WITH due AS (
+    SELECT id, first_attempt_at AS prev_first FROM writeback_intents
+     WHERE status = 'pending'
+       AND available_at <= coalesce($1::timestamptz, now())
+     ORDER BY available_at, id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE writeback_intents w
+   SET attempts         = w.attempts + 1,
+       first_attempt_at = coalesce(w.first_attempt_at, coalesce($1::timestamptz, now())),
+       last_attempt_at  = coalesce($1::timestamptz, now()),
+       leased_until     = coalesce($1::timestamptz, now()) + make_interval(secs => $3),
+       available_at     = coalesce($1::timestamptz, now()) + make_interval(secs => $3),
+       claim_token      = $4::uuid
+  FROM due
+ WHERE w.id = due.id
+RETURNING w.id, w.kind, w.target, w.params::text,
+          w.idempotency_key || CASE WHEN w.key_generation > 0 THEN ':retry' || w.key_generation ELSE '' END, w.attempts,
+          coalesce(due.prev_first < coalesce($1::timestamptz, now()) - make_interval(secs => $5), false),
+          EXISTS (SELECT 1 FROM writeback_intents n
+                   WHERE n.kind = w.kind AND n.target = w.target AND n.id > w.id
+                     AND n.status = 'done' AND n.result_via <> 'superseded')`
+
+// recordDone: $1 id, $2 token, $3 now, $4 result id, $5 result (jsonb),
+// $6 via. Records the result while the intent carries the claim's token:
+// from then on it is never claimed again.
+const recordDone = `
+UPDATE writeback_intents
+   SET status = 'done', done_at = coalesce($3::timestamptz, now()),
+       result_id = $4, result = $5::jsonb, result_via = $6,
+       leased_until = NULL, claim_token = NULL, last_error = NULL
+ WHERE id = $1 AND claim_token = $2::uuid AND status = 'pending'`
+
+// recordRetry: $1 id, $2 token, $3 now, $4 delay (seconds), $5 error,
+// $6 max attempts, $7 whether the attempt counts (false: a 429 or a refused
+// key gives it back). Due again after the delay; parked when it has used
+// up its attempts.
+const recordRetry = `
+UPDATE writeback_intents
+   SET attempts     = CASE WHEN $7 THEN attempts ELSE greatest(attempts - 1, 0) END,
+       status       = CASE WHEN $7 AND attempts >= $6 THEN 'parked' ELSE 'pending' END,
+       available_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4),
+       leased_until = NULL, claim_token = NULL, last_error = $5
+ WHERE id = $1 AND claim_token = $2::uuid AND status = 'pending'`
+
+// recordParked: $1 id, $2 token, $3 error. Stripe refused the call in a
+// way retrying cannot fix: it waits for a human.
+const recordParked = `
+UPDATE writeback_intents
+   SET status = 'parked', refused = true, leased_until = NULL, claim_token = NULL, last_error = $3
+ WHERE id = $1 AND claim_token = $2::uuid AND status = 'pending'`
+
+// backlog: $1 now. Pending intents, the age of the oldest (since it was
+// recorded), and parked intents.
+const backlog = `
+SELECT count(*) FILTER (WHERE status = 'pending'),
+       coalesce(extract(epoch FROM coalesce($1::timestamptz, now()) - min(created_at) FILTER (WHERE status = 'pending')), 0)::float8,
+       count(*) FILTER (WHERE status = 'parked')
+  FROM writeback_intents
+ WHERE status <> 'done'`
+
+// retryParked: $1 id. Gives a parked intent a fresh count of attempts, due
+// now. Its first attempt stays: after the key lifetime the sender reads
+// back before calling. An intent Stripe refused (a 4xx: nothing changed,
+// and Stripe would replay the refusal saved under the key) gets the next
+// key generation; one parked after ambiguous failures keeps its key (the
+// call may have run). Sets the columns inbox_ops may update.
+const retryParked = `
+UPDATE writeback_intents
+   SET status = 'pending', attempts = 0, available_at = now(), leased_until = NULL, claim_token = NULL,
+       key_generation = key_generation + CASE WHEN refused THEN 1 ELSE 0 END, refused = false
+ WHERE id = $1 AND status = 'parked'
+RETURNING id`
+
+// listParked: $1 limit. Intents waiting for a human, oldest first.
+const listParked = `
+SELECT id, kind, target, idempotency_key, event_id, status, attempts, coalesce(last_error, ''), created_at,
+       first_attempt_at, last_attempt_at
+  FROM writeback_intents
+ WHERE status = 'parked'
+ ORDER BY created_at, id
+ LIMIT $1`
+
+// showIntent: $1 id.
+const showIntent = `
+SELECT id, kind, target, idempotency_key, event_id, status, attempts, coalesce(last_error, ''), created_at,
+       first_attempt_at, last_attempt_at, params::text, coalesce(result_id, ''), coalesce(result::text, ''),
+       coalesce(result_via, ''), done_at, available_at, leased_until
+  FROM writeback_intents WHERE id = $1`

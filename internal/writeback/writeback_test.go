@@ -1,0 +1,388 @@
+package writeback_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-inbox/inbox/internal/handlers"
+	"github.com/stripe-inbox/inbox/internal/pgtest"
+	"github.com/stripe-inbox/inbox/internal/stripeapitest"
+	"github.com/stripe-inbox/inbox/internal/stripetest"
+	"github.com/stripe-inbox/inbox/internal/writeback"
+)
+
+var writebacksOn = handlers.New(handlers.Options{Writebacks: []string{handlers.WritebackCustomerMetadata}})
+
+type bundle struct {
+	db     *pgtest.Database
+	stripe *stripeapitest.Server
+	seq    int
+}
+
+func setup(t *testing.T, customers ...string) *bundle {
+	t.Helper()
+	b := &bundle{db: pgtest.DB(t), stripe: stripeapitest.New(customers...)}
+	t.Cleanup(b.stripe.Close)
+	return b
+}
+
+// testConfig: backoffs short enough that a retried intent is due again
+// while the test waits for it (tests wait for states, never for time).
+func testConfig() writeback.Config {
+	return writeback.Config{ClaimLimit: 10, Lease: time.Minute, CallTimeout: 10 * time.Second, MaxAttempts: 5,
+		BackoffBase: time.Millisecond, BackoffCap: 5 * time.Millisecond}
+}
+
+func (b *bundle) sender(t *testing.T, cfg writeback.Config) *writeback.Sender {
+	t.Helper()
+	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: b.stripe.URL})
+	require.NoError(t, err)
+	s, err := writeback.New(writeback.DBStore{DB: b.db.Pool}, api, cfg, nil, nil)
+	require.NoError(t, err)
+	return s
+}
+
+// pay applies an invoice.paid Event object (a new event id each call) in a
+// committed transaction, as the worker does.
+func (b *bundle) pay(t *testing.T, invoice, customer string) {
+	t.Helper()
+	b.seq++
+	id := fmt.Sprintf("evt_%s_%d", invoice, b.seq)
+	payload := stripetest.EventWith(id, "invoice.paid", stripetest.Meta{Created: stripetest.Created + int64(b.seq), Livemode: true},
+		stripetest.Invoice(invoice, customer, "paid", 2000))
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = writebacksOn.Apply(ctx, tx, handlers.Event{ID: id, Type: "invoice.paid", Endpoint: "billing", Payload: payload, Livemode: true})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+}
+
+func (b *bundle) run(t *testing.T, s *writeback.Sender) writeback.Summary {
+	t.Helper()
+	sum, err := s.Run(context.Background())
+	require.NoError(t, err)
+	return sum
+}
+
+// runUntilRecorded runs the sender until no intent is pending (a retried
+// intent is due again after its short backoff).
+func (b *bundle) runUntilSettled(t *testing.T, s *writeback.Sender) {
+	t.Helper()
+	for range 1000 {
+		b.run(t, s)
+		if b.db.Count(t, "writeback_intents", "status = 'pending'") == 0 {
+			return
+		}
+	}
+	t.Fatalf("write-backs still pending: %s", b.stripe)
+}
+
+func (b *bundle) intent(t *testing.T, invoice string) (status, via string, attempts int) {
+	t.Helper()
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT status, coalesce(result_via, ''), attempts FROM writeback_intents WHERE idempotency_key = $1",
+		handlers.CustomerMetadataKey(invoice)).Scan(&status, &via, &attempts))
+	return status, via, attempts
+}
+
+func posts(rs []stripeapitest.Request) []stripeapitest.Request {
+	var out []stripeapitest.Request
+	for _, r := range rs {
+		if r.Method == http.MethodPost {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Two Event objects for one payment: one intent, one applied call, the
+// result recorded; runs after it call nothing.
+func TestTwoEventObjectsOneIntentOneCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "true"))
+	s := b.sender(t, testConfig())
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Calls)
+	require.Equal(t, 1, sum.Done)
+	require.Equal(t, 1, b.stripe.Applied(handlers.CustomerMetadataKey("in_1")))
+	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_1"}, b.stripe.Metadata("cus_1"))
+	status, via, _ := b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaCall, via)
+	var resultID, object string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT result_id, result->>'object' FROM writeback_intents").Scan(&resultID, &object))
+	require.Equal(t, "cus_1", resultID)
+	require.Equal(t, "customer", object)
+	before := len(b.stripe.Requests())
+	b.run(t, s)
+	require.Len(t, b.stripe.Requests(), before, "a recorded intent is never called again")
+}
+
+// An ambiguous failure (the request ran, the answer was lost: a reset or a
+// 500; or a 500 before it ran) is retried with the same key, and the
+// stand-in applies it once.
+func TestAmbiguousFailureRetriedWithTheSameKeyAppliedOnce(t *testing.T) {
+	t.Parallel()
+	for name, fault := range map[string]stripeapitest.Fault{
+		"ran, then the connection was reset": {Method: http.MethodPost, ApplyThenFail: true},
+		"ran, then a 500":                    {Method: http.MethodPost, ApplyThenFail: true, Status: 500},
+		"a 503 before it ran":                {Method: http.MethodPost, Status: 503},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, "cus_1")
+			b.pay(t, "in_1", "cus_1")
+			b.stripe.Fail(fault, fault)
+			s := b.sender(t, testConfig())
+			sum := b.run(t, s)
+			require.Equal(t, 1, sum.Retried)
+			status, _, attempts := b.intent(t, "in_1")
+			require.Equal(t, "pending", status)
+			require.Equal(t, 1, attempts)
+			b.runUntilSettled(t, s)
+			status, via, attempts := b.intent(t, "in_1")
+			require.Equal(t, "done", status)
+			require.Equal(t, writeback.ViaCall, via)
+			require.Equal(t, 3, attempts)
+			key := handlers.CustomerMetadataKey("in_1")
+			ps := posts(b.stripe.Requests())
+			require.Len(t, ps, 3)
+			for _, p := range ps {
+				require.Equal(t, key, p.IdempotencyKey, "every attempt carries the intent's key")
+			}
+			require.Equal(t, 1, b.stripe.Applied(key), "applied once")
+			require.Equal(t, 1, b.stripe.AppliedTotal())
+		})
+	}
+}
+
+// Once the stand-in has forgotten every key (Stripe may, after 24 hours),
+// neither a redelivery of the payment's events nor another run of the
+// sender calls anything: the recorded result is what stops it.
+func TestForgottenKeysRedeliveryAndRerunCallNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	s := b.sender(t, testConfig())
+	b.runUntilSettled(t, s)
+	require.Equal(t, 1, b.stripe.AppliedTotal())
+	b.stripe.Forget()
+	before := len(b.stripe.Requests())
+	b.pay(t, "in_1", "cus_1") // day three: Stripe redelivers, and another Event object
+	b.pay(t, "in_1", "cus_1")
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "true"))
+	b.run(t, s)
+	b.run(t, b.sender(t, testConfig())) // a new sender process
+	require.Len(t, b.stripe.Requests(), before)
+	require.Equal(t, 1, b.stripe.AppliedTotal())
+}
+
+// A 4xx retrying cannot fix (no such customer) parks the intent; once the
+// cause is fixed, an operator's retry sends it.
+func TestPermanent4xxParksAndRetrySendsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.pay(t, "in_1", "cus_gone")
+	s := b.sender(t, testConfig())
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Parked)
+	status, _, _ := b.intent(t, "in_1")
+	require.Equal(t, "parked", status)
+	var lastError string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT last_error FROM writeback_intents").Scan(&lastError))
+	require.Contains(t, lastError, "404")
+	require.Contains(t, lastError, "No such customer")
+	bl, err := writeback.ReadBacklog(context.Background(), b.db.Pool, nil)
+	require.NoError(t, err)
+	require.Equal(t, writeback.Backlog{Parked: 1}, bl)
+	b.run(t, s)
+	require.Len(t, posts(b.stripe.Requests()), 1, "a parked intent is not sent by itself")
+
+	// The 404 is saved under the key (the endpoint ran), and Stripe would
+	// replay it: the retry of a refusal sends under the next generation of
+	// the key. A refusal changed nothing, so a new key cannot apply twice.
+	b.stripe.AddCustomer("cus_gone", nil)
+	id := b.intentID(t, "in_1")
+	ok, err := writeback.RetryParked(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	require.True(t, ok)
+	b.run(t, s)
+	status, via, _ := b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaCall, via)
+	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_1"}, b.stripe.Metadata("cus_gone"))
+	ps := posts(b.stripe.Requests())
+	require.Len(t, ps, 2)
+	require.Equal(t, handlers.CustomerMetadataKey("in_1"), ps[0].IdempotencyKey)
+	require.Equal(t, handlers.CustomerMetadataKey("in_1")+":retry1", ps[1].IdempotencyKey)
+	require.Equal(t, 1, b.stripe.AppliedTotal())
+	ok, err = writeback.RetryParked(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	require.False(t, ok, "only a parked intent is retried")
+}
+
+func (b *bundle) intentID(t *testing.T, invoice string) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT id FROM writeback_intents WHERE idempotency_key = $1",
+		handlers.CustomerMetadataKey(invoice)).Scan(&id))
+	return id
+}
+
+// A 429 gives the intent back with its attempt uncounted, due no sooner
+// than Stripe's Retry-After, and pauses the sender.
+func TestThrottledHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: 429, RetryAfter: "120"})
+	s := b.sender(t, testConfig())
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Throttled)
+	status, _, attempts := b.intent(t, "in_1")
+	require.Equal(t, "pending", status)
+	require.Equal(t, 0, attempts, "a 429 gives its attempt back")
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "available_at >= now() + interval '119 seconds'"))
+	require.True(t, b.run(t, s).Paused)
+	require.Equal(t, 0, b.stripe.AppliedTotal())
+}
+
+// After the key lifetime the sender reads back first: an effect already in
+// effect is recorded without a call (the call ran but its answer was lost,
+// and Stripe has forgotten the key); one that is not is sent, once.
+func TestAfterTheKeyLifetimeReadBackFirst(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		fault   stripeapitest.Fault
+		applied int
+		via     string
+	}{
+		"the first call ran":         {stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true}, 1, writeback.ViaReadBack},
+		"the first call did not run": {stripeapitest.Fault{Method: http.MethodPost, Status: 500}, 1, writeback.ViaCall},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, "cus_1")
+			b.pay(t, "in_1", "cus_1")
+			b.stripe.Fail(tc.fault)
+			cfg := testConfig()
+			cfg.BackoffBase, cfg.BackoffCap = time.Hour, time.Hour // no retry inside the day
+			s := b.sender(t, cfg)
+			require.Equal(t, 1, b.run(t, s).Retried)
+			// The third day: the key is gone, the intent is due.
+			b.stripe.Forget()
+			_, err := b.db.Pool.Exec(context.Background(),
+				"UPDATE writeback_intents SET first_attempt_at = now() - interval '49 hours', available_at = now()")
+			require.NoError(t, err)
+			sum := b.run(t, s)
+			require.Equal(t, 1, sum.ReadBacks)
+			status, via, _ := b.intent(t, "in_1")
+			require.Equal(t, "done", status)
+			require.Equal(t, tc.via, via)
+			require.Equal(t, tc.applied, b.stripe.AppliedTotal())
+		})
+	}
+}
+
+// An older intent for a customer whose newer intent is recorded is
+// recorded as superseded, without a call: it would put the older invoice
+// back.
+func TestOlderIntentSupersededByANewerOneRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_old", "cus_1")
+	b.pay(t, "in_new", "cus_1")
+	_, err := b.db.Pool.Exec(context.Background(), "UPDATE writeback_intents SET available_at = now() + interval '1 hour' WHERE idempotency_key = $1",
+		handlers.CustomerMetadataKey("in_old"))
+	require.NoError(t, err)
+	s := b.sender(t, testConfig())
+	b.run(t, s)
+	_, err = b.db.Pool.Exec(context.Background(), "UPDATE writeback_intents SET available_at = now() WHERE status = 'pending'")
+	require.NoError(t, err)
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Superseded)
+	require.Equal(t, 0, sum.Calls)
+	status, via, _ := b.intent(t, "in_old")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaSuperseded, via)
+	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_new"}, b.stripe.Metadata("cus_1"))
+}
+
+// A sender whose lease ended cannot record over the claim that owns the
+// intent now.
+func TestStaleClaimCannotRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	ctx := context.Background()
+	store := writeback.DBStore{DB: b.db.Pool}
+	stale, intents, err := store.Claim(ctx, 10, time.Minute, writeback.KeyLifetime)
+	require.NoError(t, err)
+	require.Len(t, intents, 1)
+	later := time.Now().Add(time.Hour)
+	owner, again, err := writeback.DBStore{DB: b.db.Pool, Now: func() *time.Time { return &later }}.Claim(ctx, 10, time.Minute, writeback.KeyLifetime)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	n, err := store.Record(ctx, stale, 5, []writeback.Outcome{{ID: intents[0].ID, Kind: writeback.Park, Error: "stale"}})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	n, err = store.Record(ctx, owner, 5, []writeback.Outcome{{ID: intents[0].ID, Kind: writeback.Done, Via: writeback.ViaCall, ResultID: "cus_1"}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	status, _, attempts := b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	require.Equal(t, 2, attempts)
+}
+
+// Ambiguous failures without end park the intent at MaxAttempts.
+func TestAmbiguousFailuresParkAtMaxAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	cfg := testConfig()
+	for range cfg.MaxAttempts {
+		b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: 502})
+	}
+	b.runUntilSettled(t, b.sender(t, cfg))
+	status, _, attempts := b.intent(t, "in_1")
+	require.Equal(t, "parked", status)
+	require.Equal(t, cfg.MaxAttempts, attempts)
+	require.Zero(t, b.stripe.AppliedTotal())
+}
+
+// An intent parked after ambiguous failures (the call may have run) keeps
+// its key when an operator retries it: Stripe replays the run, never runs it
+// twice.
+func TestRetryAfterAmbiguousFailuresKeepsTheKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	cfg := testConfig()
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true})
+	for range cfg.MaxAttempts - 1 {
+		b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: 502})
+	}
+	s := b.sender(t, cfg)
+	b.runUntilSettled(t, s)
+	status, _, _ := b.intent(t, "in_1")
+	require.Equal(t, "parked", status)
+	ok, err := writeback.RetryParked(context.Background(), b.db.Pool, b.intentID(t, "in_1"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	b.runUntilSettled(t, s)
+	status, _, _ = b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	for _, p := range posts(b.stripe.Requests()) {
+		require.Equal(t, handlers.CustomerMetadataKey("in_1"), p.IdempotencyKey)
+	}
+	require.Equal(t, 1, b.stripe.AppliedTotal())
+}
