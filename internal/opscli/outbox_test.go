@@ -21,13 +21,13 @@ func TestOutboxCommandsLocally(t *testing.T) {
 
 	r := run(t, env, "", "status")
 	require.Equal(t, 0, r.code, r.stderr)
-	for _, want := range []string{"outbox backlog      2", "oldest unpublished  10m", "outbox waiting      2  (at 10 attempts; inboxctl outbox)"} {
+	for _, want := range []string{"outbox backlog      3", "oldest unpublished  10m", "outbox waiting      2  (at 10 attempts; inboxctl outbox)"} {
 		require.Contains(t, r.stdout, want)
 	}
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(run(t, env, "", "status", "--json").stdout), &raw))
 	st := raw["status"].(map[string]any)
-	require.EqualValues(t, 2, st["outbox_backlog"])
+	require.EqualValues(t, 3, st["outbox_backlog"])
 	require.EqualValues(t, 2, st["outbox_needs_review"])
 	require.Greater(t, st["outbox_oldest_age_seconds"], 599.0)
 
