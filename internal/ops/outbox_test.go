@@ -65,7 +65,7 @@ func TestOutboxListsTheRowsWaitingForAHuman(t *testing.T) {
 	require.Empty(t, p.Next)
 
 	all := b.do(t, ops.Request{Command: ops.CmdOutbox, AllUnpublished: true}).Outbox
-	require.Len(t, all.Rows, 4, "waiting, failing, evt_fx_paid's; never the published one")
+	require.Len(t, all.Rows, 5, "waiting, failing, evt_fx_paid's, evt_fx_paid_void's; never the published one")
 	require.NotContains(t, outboxIDs(all), b.fx.OutboxPublished)
 	for _, r := range all.Rows {
 		if r.ID == b.fx.OutboxFailing {

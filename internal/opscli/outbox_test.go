@@ -42,7 +42,7 @@ func TestOutboxCommandsLocally(t *testing.T) {
 	require.Equal(t, fx.OutboxWaiting[1], page.Rows[0].ID)
 	page = decode(t, run(t, env, "", "outbox", "--json", "--limit", "1", "--after", page.Next)).Outbox
 	require.Equal(t, fx.OutboxWaiting[0], page.Rows[0].ID)
-	require.Equal(t, 4, decode(t, run(t, env, "", "outbox", "--all-unpublished", "--json")).Outbox.Count)
+	require.Equal(t, 5, decode(t, run(t, env, "", "outbox", "--all-unpublished", "--json")).Outbox.Count, "the 2 waiting, the failing one, evt_fx_paid's and evt_fx_paid_void's")
 
 	before := opstest.Snapshot(t, fx.DB)
 	r = run(t, env, "", "outbox-retry", "--waiting", "--dry-run", "--reason", "check")
