@@ -148,7 +148,7 @@ func TestInboxctlAgainstAStage(t *testing.T) {
 	if st.Backlog != 3 || st.NeedsReview != 1 || st.OpenAnomalies != 1 || st.LastHour.Receipts != 10 {
 		t.Errorf("status through the function: %+v", st)
 	}
-	if st.OutboxBacklog != 2 || st.OutboxNeedsReview != 2 || st.OutboxMaxAttempts != 10 {
+	if st.OutboxBacklog != 3 || st.OutboxNeedsReview != 2 || st.OutboxMaxAttempts != 10 {
 		t.Errorf("the outbox in status through the function: %+v", st)
 	}
 	waiting := decode(run("outbox", "--stage", "e2e", "--json")).Outbox

@@ -246,6 +246,7 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 	require.Equal(t, 1, d.db.Count(t, "ledger_entries", "invoice_id = 'in_moved' AND kind = 'refund:re_moved' AND amount = -300"), "the refund moved to its invoice")
 	require.Equal(t, 1, d.db.Count(t, "ledger_entries", "invoice_id = 'in_moved' AND kind = 'refund_reversal:re_moved' AND amount = 300"))
 	require.Equal(t, 1, d.db.Count(t, "anomalies", "kind = 'payment_on_void_invoice' AND subject_id = 'in_void'"))
+	require.Equal(t, 1, d.db.Count(t, "ledger_entries", "invoice_id = 'in_void' AND kind = 'payment' AND amount = 500"), "a payment on a void invoice is booked")
 	require.Equal(t, 0, d.db.Count(t, "outbox", "published_at IS NULL"), "the relay published every row")
 	require.Positive(t, d.db.Count(t, "outbox", "published_at IS NOT NULL AND attempts > 1"), "published after a failed entry")
 

@@ -97,8 +97,9 @@ var invoiceEvent = map[string]string{
 // Transitions only move forward (draft -> open -> uncollectible -> paid or
 // void; paid and void are final), an event for an unknown invoice creates
 // it in the event's status, a payment is booked once with one outbox row,
-// and a payment on a void invoice books nothing and raises one anomaly. Each
-// event is applied twice: a redelivery changes nothing.
+// and a payment and a void of one invoice end the same in either order: the
+// invoice paid, the payment booked, one anomaly. Each event is applied
+// twice: a redelivery changes nothing.
 func TestInvoiceTransitions(t *testing.T) {
 	t.Parallel()
 	db := pgtest.DB(t)
@@ -139,14 +140,14 @@ func TestInvoiceTransitions(t *testing.T) {
 		{"paid", "invoice.created", want{status: "paid", paid: true}},
 		{"paid", "invoice.finalized", want{status: "paid", paid: true}},
 		{"paid", "invoice.paid", want{status: "paid", paid: true}},
-		// A void after the payment: the anomaly a payment after a void
-		// raises, so both orders reach a human (issue 23).
+		// A void after the payment, and a payment after a void, end the
+		// same: paid, booked, one anomaly for a human (issue 23).
 		{"paid", "invoice.voided", want{status: "paid", paid: true, anomaly: "payment_on_void_invoice"}},
 		{"paid", "invoice.marked_uncollectible", want{status: "paid", paid: true}},
 
 		{"void", "invoice.created", want{status: "void"}},
 		{"void", "invoice.finalized", want{status: "void"}},
-		{"void", "invoice.paid", want{status: "void", anomaly: "payment_on_void_invoice"}},
+		{"void", "invoice.paid", want{status: "paid", paid: true, anomaly: "payment_on_void_invoice"}},
 		{"void", "invoice.voided", want{status: "void"}},
 		{"void", "invoice.marked_uncollectible", want{status: "void"}},
 	}
@@ -171,7 +172,11 @@ func TestInvoiceTransitions(t *testing.T) {
 			for delivery := range 2 {
 				res := b.apply(t, tc.event, object(target))
 				require.Equal(t, handlers.Applied, res.Outcome)
-				require.Equal(t, tc.want.anomaly != "", res.Anomaly, "delivery %d", delivery+1)
+				// The second payment on a void invoice finds it paid by the
+				// first: nothing to raise. A second void finds it paid too,
+				// and raises the anomaly again (the row is already there).
+				raised := tc.want.anomaly != "" && (delivery == 0 || tc.event == "invoice.voided")
+				require.Equal(t, raised, res.Anomaly, "delivery %d", delivery+1)
 				require.Equal(t, tc.want.status, b.status(t, inv), "delivery %d", delivery+1)
 
 				var wantLedger, wantOutbox []string

@@ -176,13 +176,18 @@ func (inv invoice) payments() []string {
 }
 
 // statusRank orders invoice snapshots of the same created second: a later
-// status in the lifecycle is the newer snapshot.
-var statusRank = map[string]int16{"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
+// status in the lifecycle is the newer snapshot. paid outranks void: an
+// invoice both paid and voided ends paid (invoicePaid), so its paid
+// snapshot is the newer one.
+var statusRank = map[string]int16{"draft": 0, "open": 1, "uncollectible": 2, "void": 3, "paid": 4}
 
-// The states each target may replace (see queries.go).
+// The states each target may replace (see queries.go). fromVoidForPaid is
+// the one move out of a final state: a payment processed after a void
+// (invoicePaid).
 var (
 	fromForOpen          = []string{"draft"}
 	fromForPaid          = []string{"draft", "open", "uncollectible"}
+	fromVoidForPaid      = []string{"void"}
 	fromForVoid          = []string{"draft", "open", "uncollectible"}
 	fromForUncollectible = []string{"draft", "open"}
 )
@@ -242,10 +247,10 @@ func invoiceFinalized(ctx context.Context, tx DB, ev Event, inv invoice, m Meta)
 // invoice.voided: to void unless already paid (never un-pay). A void that
 // finds the invoice paid books nothing and raises the anomaly a payment
 // that finds it void raises (invoicePaid): payment_on_void_invoice, one per
-// invoice, so that a payment and a void of one invoice reach a human
-// whichever is processed first. (Which one the invoice shows, and whether
-// the payment is booked, is what came first; the runbook, docs/operations.md,
-// says how to settle it.)
+// invoice, its detail saying which came first. Either order ends the same:
+// the invoice paid, its payment booked once, one anomaly (a lost payment is
+// worse than a contradiction a human settles; the runbook,
+// docs/operations.md, says how).
 func invoiceVoided(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
 	var now, seen *string
 	if err := tx.QueryRow(ctx, voidInvoice, inv.ID.V, inv.customer(), "void", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForVoid,
@@ -270,15 +275,15 @@ func invoiceVoided(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (R
 const paymentOnVoid = "payment_on_void_invoice"
 
 // finalStatus is the invoice's status after a statement that returned now
-// (the status it set, NULL when it changed nothing) and seen (its
-// snapshot's): paid and void are final, so a snapshot that saw one is
-// current; otherwise the row changed after the snapshot and is read again,
-// locked.
+// (the status it set or kept, NULL when it changed nothing) and seen (its
+// snapshot's): paid is final, so a snapshot that saw it is current;
+// otherwise the row may have changed after the snapshot (void is final but
+// for a payment, which moves it to paid) and is read again, locked.
 func finalStatus(ctx context.Context, tx DB, ev Event, id string, now, seen *string) (string, error) {
 	switch {
 	case now != nil:
 		return *now, nil
-	case seen != nil && (*seen == "paid" || *seen == "void"):
+	case seen != nil && *seen == "paid":
 		return *seen, nil
 	}
 	var status string
@@ -293,24 +298,62 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 	return Result{Outcome: Applied}, transition(ctx, tx, ev, inv, m, "uncollectible", fromForUncollectible)
 }
 
-// invoice.paid: move to paid unless void, then book the payment once per
-// invoice: what was paid through Stripe as 'payment', what was paid outside
-// Stripe as 'paid_out_of_band' (split), each with one outbox row
+// invoice.paid: move to paid, then book the payment once per invoice: what
+// was paid through Stripe as 'payment', what was paid outside Stripe as
+// 'paid_out_of_band' (split), each with one outbox row
 // (InvoicePaymentBooked, InvoicePaidOutOfBand) written only when the entry
 // is newly booked, so a second Event object for the same payment notifies
 // no one twice, and the write-back intent (when on) is recorded only then,
-// so it asks for no second write-back. An invoice paid wholly outside Stripe has no 'payment'
-// entry: no money moved through Stripe. A payment on a void invoice books
-// nothing and raises an anomaly.
+// so it asks for no second write-back. An invoice paid wholly outside
+// Stripe has no 'payment'
+// entry: no money moved through Stripe.
+//
+// A payment on a void invoice is booked all the same, and the invoice
+// becomes paid: an invoice.paid is money that moved, and Stripe has no
+// void -> paid (nor paid -> void) transition, so a payment and a void of
+// one invoice are a contradiction for a human (payment_on_void_invoice,
+// detail.first "void"), never a reason to drop money. The same end state
+// as a void processed after the payment (invoiceVoided).
 //
 // The common cases (the invoice moves to paid, or it was already paid) take
 // one statement, which also records the invoice's payment links (an invoice
 // that names none takes the statement without that part,
-// payInvoiceNoPayments); a payment
-// on a void invoice takes a second one to record the anomaly, and a link to
+// payInvoiceNoPayments); a link to
 // a payment whose refunds or disputes were booked before it was known takes
-// more to move them to the invoice.
+// more to move them to the invoice. A payment on a void invoice takes two
+// more: the first statement leaves a void row as it is (void is not in
+// fromForPaid) and locked, so the status it returns or the locked read
+// (finalStatus) is the latest one, even when the void committed after the
+// statement's snapshot; then payInvoice again, from void only, books it,
+// and the anomaly is recorded.
 func (o Options) invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
+	status, err := o.payInvoiceFrom(ctx, tx, ev, inv, m, fromForPaid)
+	if err != nil || status == "paid" {
+		// Moved to paid and booked by this statement, or paid by another
+		// event (a second Event object for the same payment, or a void's
+		// payment), which booked it in the same transaction.
+		return Result{Outcome: Applied}, err
+	}
+	if status != "void" {
+		return Result{}, fmt.Errorf("paying invoice %s: it is %s after the payment", inv.ID.V, status)
+	}
+	if status, err = o.payInvoiceFrom(ctx, tx, ev, inv, m, fromVoidForPaid); err != nil {
+		return Result{}, err
+	}
+	if status != "paid" {
+		return Result{}, fmt.Errorf("paying void invoice %s: it is %s after the payment", inv.ID.V, status)
+	}
+	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid.V, "currency": inv.Currency.V, "first": "void", "paid_by": ev.ID})
+	if _, err := tx.Exec(ctx, raiseAnomaly, paymentOnVoid, inv.ID.V, ev.Endpoint, ev.ID, string(detail), account(ev)); err != nil {
+		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID.V, err)
+	}
+	return Result{Outcome: Applied, Anomaly: true}, nil
+}
+
+// payInvoiceFrom runs payInvoice with the states the payment may replace,
+// moves refunds and disputes to the invoice when it linked their payment,
+// and returns the invoice's latest status (finalStatus).
+func (o Options) payInvoiceFrom(ctx context.Context, tx DB, ev Event, inv invoice, m Meta, from []string) (string, error) {
 	viaStripe, outside := inv.split()
 	payload := func(amount int64) string {
 		b, _ := json.Marshal(map[string]any{
@@ -328,32 +371,18 @@ func (o Options) invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, 
 	if len(payments) > 0 {
 		sql = payInvoice
 	}
-	err := tx.QueryRow(ctx, sql, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForPaid,
+	err := tx.QueryRow(ctx, sql, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, from,
 		m.Created, statusRank["paid"], ev.ID, account(ev), payload(viaStripe), payments, viaStripe, outside, payload(outside),
 		o.WritebackOn(WritebackCustomerMetadata)).Scan(&now, &seen, &move)
 	if err != nil {
-		return Result{}, fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)
+		return "", fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)
 	}
 	if move {
 		if err := attributeRefundsTo(ctx, tx, ev, inv.ID.V, payments); err != nil {
-			return Result{}, err
+			return "", err
 		}
 	}
-	status, err := finalStatus(ctx, tx, ev, inv.ID.V, now, seen)
-	if err != nil {
-		return Result{}, err
-	}
-	if status == "paid" {
-		// Moved to paid and booked by this statement, or paid by another
-		// event (a second Event object for the same payment), which booked
-		// it in the same transaction.
-		return Result{Outcome: Applied}, nil
-	}
-	detail, _ := json.Marshal(map[string]any{"status": status, "amount_paid": inv.AmountPaid.V, "currency": inv.Currency.V, "first": status})
-	if _, err := tx.Exec(ctx, raiseAnomaly, "payment_on_"+status+"_invoice", inv.ID.V, ev.Endpoint, ev.ID, string(detail), account(ev)); err != nil {
-		return Result{}, fmt.Errorf("recording anomaly for invoice %s: %w", inv.ID.V, err)
-	}
-	return Result{Outcome: Applied, Anomaly: true}, nil
+	return finalStatus(ctx, tx, ev, inv.ID.V, now, seen)
 }
 
 func nullIfEmpty(s string) *string {

@@ -279,23 +279,76 @@ func TestOutOfBandPayments(t *testing.T) {
 }
 
 // TestVoidAndPaymentReachAHumanInEitherOrder: a payment and a void of one
-// invoice raise the same anomaly, once, whichever is processed first.
+// invoice end the same whichever is processed first, each event sent twice
+// (two Event objects): the invoice paid with the payment's amount, the
+// payment booked once with one outbox row, and one anomaly whose detail
+// says which came first. In the basil shape (invoice.payments names the
+// PaymentIntent) with part of it paid outside Stripe, and a refund of the
+// PaymentIntent booked before either, the split and the refund's move to
+// the invoice are those of a payment on an open invoice.
 func TestVoidAndPaymentReachAHumanInEitherOrder(t *testing.T) {
 	t.Parallel()
 	db := pgtest.DB(t)
-	for i, order := range [][]string{{"paid", "void"}, {"void", "paid"}} {
-		t.Run(strings.Join(order, " then "), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, db)
-			inv := fmt.Sprintf("in_pv%d", i)
-			for _, status := range order {
-				ev := sent{typ: invoiceEvent[status], object: stripetest.Invoice(inv, "cus_1", status, 1200)}
-				b.send(t, ev)
-				b.send(t, ev)
-			}
-			require.Equal(t, []string{"payment_on_void_invoice " + inv}, b.strings(t, "SELECT kind || ' ' || subject_id FROM anomalies"))
-			require.Equal(t, []string{order[0]}, b.strings(t, "SELECT detail->>'first' FROM anomalies"))
-		})
+	type shape struct {
+		name   string
+		paid   func(inv string) map[string]any
+		before []sent // sent before the payment and the void
+		ledger []string
+		outbox []string
+	}
+	shapes := []shape{
+		{"card", func(inv string) map[string]any { return stripetest.Invoice(inv, "cus_1", "paid", 1200) }, nil,
+			[]string{"in_X payment 1200"}, []string{"in_X InvoicePaymentBooked 1200"}},
+		{"basil, part outside Stripe, refunded before", func(inv string) map[string]any {
+			o := stripetest.Invoice(inv, "cus_1", "paid", 1200)
+			o["payments"] = map[string]any{"object": "list", "data": []any{
+				map[string]any{"id": "inpay_X", "object": "invoice_payment", "invoice": inv, "status": "paid", "amount_paid": 800, "currency": "usd",
+					"payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_X"}},
+				map[string]any{"id": "inpay_rX", "object": "invoice_payment", "invoice": inv, "status": "paid", "amount_paid": 400, "currency": "usd",
+					"payment": map[string]any{"type": "payment_record", "payment_record": "pr_X"}},
+			}}
+			return o
+		}, []sent{{typ: "refund.created", object: map[string]any{"id": "re_X", "object": "refund", "status": "succeeded", "amount": 300,
+			"currency": "usd", "charge": "ch_X", "payment_intent": "pi_X"}}},
+			[]string{"in_X paid_out_of_band 400", "in_X payment 800", "in_X refund:re_X -300"},
+			[]string{"in_X InvoicePaidOutOfBand 400", "in_X InvoicePaymentBooked 800"}},
+	}
+	n := 0
+	for _, sh := range shapes {
+		for _, order := range [][]string{{"paid", "void"}, {"void", "paid"}} {
+			n++
+			suffix := fmt.Sprintf("_pv%02d", n)
+			t.Run(sh.name+"/"+strings.Join(order, " then "), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, db)
+				own := func(ss []string) []string {
+					var out []string
+					for _, s := range ss {
+						out = append(out, strings.ReplaceAll(s, "_X", suffix))
+					}
+					return out
+				}
+				inv := "in" + suffix
+				for _, ev := range sh.before {
+					ev.object = renamed(t, ev.object, suffix)
+					b.send(t, ev)
+				}
+				for _, status := range order {
+					object := stripetest.Invoice(inv, "cus_1", "void", 1200)
+					if status == "paid" {
+						object = renamed(t, sh.paid("in_X"), suffix)
+					}
+					for range 2 {
+						b.send(t, sent{typ: invoiceEvent[status], object: object, version: "2025-03-31.basil"})
+					}
+				}
+				require.Equal(t, []string{"paid 1200"}, b.strings(t, "SELECT status || ' ' || amount_paid FROM invoices"))
+				require.Equal(t, own(sh.ledger), b.ledger(t))
+				require.Equal(t, own(sh.outbox), b.outbox(t))
+				require.Equal(t, []string{"payment_on_void_invoice " + inv + " " + order[0]},
+					b.strings(t, "SELECT kind || ' ' || subject_id || ' ' || (detail->>'first') FROM anomalies"))
+			})
+		}
 	}
 }
 

@@ -17,8 +17,11 @@ import (
 //	           |  -> void
 //	           |  -> uncollectible -> paid | void
 //
-// paid and void are final. Every statement is an upsert that admits only
-// forward transitions, so a late or repeated event changes no status (it
+// paid and void are final, but for one move Stripe never makes: a payment
+// processed on a void invoice moves it to paid (void -> paid, invoicePaid:
+// the payment is booked and a human told), so that a payment and a void
+// end the same in either order. Every statement is an upsert that admits
+// only these transitions, so a late or repeated event changes no status (it
 // may still update the descriptive fields, when its snapshot is newer).
 
 // upsertInvoice: $1 id, $2 customer, $3 target status, $4 currency,
@@ -76,10 +79,13 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 // to paid, or the invoice was already paid and only its descriptive fields
 // changed, when the booking is already there (ON CONFLICT DO NOTHING). When
 // the statement did not change the row, ON CONFLICT DO UPDATE has still
-// locked the row and checked the latest version: its status is paid or void.
-// Both are final, so a snapshot status of paid or void is the latest one.
-// Any other snapshot status means the row changed after the snapshot was
-// taken; the caller then reads it with invoiceStatus in a new statement.
+// locked the row and checked the latest version: its status is one $7 does
+// not hold. paid is final, so a snapshot status of paid is the latest one;
+// any other (void included: a payment may have moved it to paid since)
+// means the row may have changed after the snapshot was taken, and the
+// caller reads it with invoiceStatus in a new statement. invoicePaid runs it
+// with $7 the states before paid, and once more with $7 void when the row
+// it locked is void.
 var payInvoice = payInvoiceBooking + `
 , linked AS (` + linkPaymentsCTE + `
 )

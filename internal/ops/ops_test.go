@@ -180,8 +180,12 @@ func TestShow(t *testing.T) {
 	s = b.do(t, ops.Request{Command: ops.CmdShow, EventID: opstest.PaidOnVoid}).Show
 	require.Len(t, s.Effects.Anomalies, 1)
 	require.Equal(t, "payment_on_void_invoice", s.Effects.Anomalies[0].Kind)
-	require.Empty(t, s.Effects.Ledger)
-	require.Equal(t, "void", s.Effects.Invoices[0].Status)
+	// A payment on a void invoice is booked, and the invoice is paid.
+	require.Len(t, s.Effects.Ledger, 1)
+	require.Equal(t, "payment", s.Effects.Ledger[0].Kind)
+	require.EqualValues(t, 700, s.Effects.Ledger[0].Amount)
+	require.Len(t, s.Effects.Outbox, 1)
+	require.Equal(t, "paid", s.Effects.Invoices[0].Status)
 
 	s = b.do(t, ops.Request{Command: ops.CmdShow, EventID: opstest.NeedsReview}).Show
 	require.Equal(t, "needs-review", s.Receipts[0].State)

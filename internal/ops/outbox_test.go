@@ -33,7 +33,7 @@ func TestStatusShowsTheOutbox(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := b.do(t, ops.Request{Command: ops.CmdStatus}).Status
-	require.Equal(t, 2, s.OutboxBacklog, "evt_fx_paid's row and the failing one")
+	require.Equal(t, 3, s.OutboxBacklog, "evt_fx_paid's row, evt_fx_paid_void's (a payment on a void invoice is booked) and the failing one")
 	require.GreaterOrEqual(t, s.OutboxOldestAgeSeconds, 600.0, "the failing row, 10 minutes old")
 	require.Equal(t, 2, s.OutboxNeedsReview, "the two waiting rows; not the published one")
 	require.Equal(t, outbox.DefaultMaxAttempts, s.OutboxMaxAttempts)
@@ -65,7 +65,7 @@ func TestOutboxListsTheRowsWaitingForAHuman(t *testing.T) {
 	require.Empty(t, p.Next)
 
 	all := b.do(t, ops.Request{Command: ops.CmdOutbox, AllUnpublished: true}).Outbox
-	require.Len(t, all.Rows, 4, "waiting, failing, evt_fx_paid's; never the published one")
+	require.Len(t, all.Rows, 5, "waiting, failing, evt_fx_paid's, evt_fx_paid_void's; never the published one")
 	require.NotContains(t, outboxIDs(all), b.fx.OutboxPublished)
 	for _, r := range all.Rows {
 		if r.ID == b.fx.OutboxFailing {

@@ -21,13 +21,13 @@ func TestOutboxCommandsLocally(t *testing.T) {
 
 	r := run(t, env, "", "status")
 	require.Equal(t, 0, r.code, r.stderr)
-	for _, want := range []string{"outbox backlog      2", "oldest unpublished  10m", "outbox waiting      2  (at 10 attempts; inboxctl outbox)"} {
+	for _, want := range []string{"outbox backlog      3", "oldest unpublished  10m", "outbox waiting      2  (at 10 attempts; inboxctl outbox)"} {
 		require.Contains(t, r.stdout, want)
 	}
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(run(t, env, "", "status", "--json").stdout), &raw))
 	st := raw["status"].(map[string]any)
-	require.EqualValues(t, 2, st["outbox_backlog"])
+	require.EqualValues(t, 3, st["outbox_backlog"])
 	require.EqualValues(t, 2, st["outbox_needs_review"])
 	require.Greater(t, st["outbox_oldest_age_seconds"], 599.0)
 
@@ -42,7 +42,7 @@ func TestOutboxCommandsLocally(t *testing.T) {
 	require.Equal(t, fx.OutboxWaiting[1], page.Rows[0].ID)
 	page = decode(t, run(t, env, "", "outbox", "--json", "--limit", "1", "--after", page.Next)).Outbox
 	require.Equal(t, fx.OutboxWaiting[0], page.Rows[0].ID)
-	require.Equal(t, 4, decode(t, run(t, env, "", "outbox", "--all-unpublished", "--json")).Outbox.Count)
+	require.Equal(t, 5, decode(t, run(t, env, "", "outbox", "--all-unpublished", "--json")).Outbox.Count, "the 2 waiting, the failing one, evt_fx_paid's and evt_fx_paid_void's")
 
 	before := opstest.Snapshot(t, fx.DB)
 	r = run(t, env, "", "outbox-retry", "--waiting", "--dry-run", "--reason", "check")

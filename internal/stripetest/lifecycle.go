@@ -460,7 +460,7 @@ var stories = []story{
 	{"void", 10, func(l *teller) string {
 		st := l.lifecycle("draft", "open", "void")
 		// The other mode's payment of the void invoice: booked, it would
-		// pay it or raise an anomaly.
+		// pay it and raise an anomaly.
 		l.other("invoice.paid", Created+99, Invoice(l.inv, l.cus, "paid", l.amount))
 		return st
 	}},

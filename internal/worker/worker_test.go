@@ -131,7 +131,10 @@ func TestTwoEventObjectsForOnePaymentBookOnce(t *testing.T) {
 	require.Equal(t, 2, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND outcome = 'applied'"))
 }
 
-func TestPaidOnVoidedInvoiceBooksNothingAndRaisesAnomaly(t *testing.T) {
+// TestPaidOnVoidedInvoiceIsBookedAndRaisesAnomaly: a payment processed
+// after a void is money that moved: the invoice becomes paid, the payment is
+// booked once with one outbox row, and one anomaly tells a human (issue 23).
+func TestPaidOnVoidedInvoiceIsBookedAndRaisesAnomaly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.receive(t, stripetest.Event("evt_void", "invoice.voided", stripetest.Invoice("in_v", "cus_1", "void", 500)))
@@ -141,11 +144,13 @@ func TestPaidOnVoidedInvoiceBooksNothingAndRaisesAnomaly(t *testing.T) {
 	b.receive(t, paid("evt_paid2", "in_v")) // the same fact again, as another Event object
 	s := b.run(t, w)
 
-	require.Equal(t, "void", b.invoiceStatus(t, "in_v"))
-	require.Equal(t, 0, b.db.Count(t, "ledger_entries", ""))
-	require.Equal(t, 0, b.db.Count(t, "outbox", ""))
-	require.Equal(t, 1, b.db.Count(t, "anomalies", "kind = 'payment_on_void_invoice' AND subject_id = 'in_v' AND resolved_at IS NULL"))
-	require.Equal(t, 2, s.Anomalies)
+	require.Equal(t, "paid", b.invoiceStatus(t, "in_v"))
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_v' AND kind = 'payment' AND amount = 1000"))
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 1, b.db.Count(t, "outbox", "aggregate_id = 'in_v' AND event_type = 'InvoicePaymentBooked'"))
+	require.Equal(t, 1, b.db.Count(t, "outbox", ""))
+	require.Equal(t, 1, b.db.Count(t, "anomalies", "kind = 'payment_on_void_invoice' AND subject_id = 'in_v' AND resolved_at IS NULL AND detail->>'first' = 'void'"))
+	require.Equal(t, 1, s.Anomalies, "the second payment finds the invoice paid: nothing to raise")
 	require.Equal(t, 1, s.UnresolvedAnomalies)
 	require.Contains(t, lastEMF(t, b.metrics), `"AnomalyCount":1`)
 }
@@ -171,7 +176,7 @@ func TestInvoiceTransitionsNeverGoBackwards(t *testing.T) {
 	b.run(t, w)
 	require.Equal(t, "paid", b.invoiceStatus(t, "in_u"))
 
-	// void is final.
+	// void is final, but for a payment (TestPaidOnVoidedInvoiceIsBookedAndRaisesAnomaly).
 	b.receive(t, stripetest.Event("evt_v", "invoice.voided", stripetest.Invoice("in_v", "cus_1", "void", 700)))
 	b.receive(t, stripetest.Event("evt_v2", "invoice.marked_uncollectible", stripetest.Invoice("in_v", "cus_1", "uncollectible", 700)))
 	b.run(t, w)
@@ -357,9 +362,10 @@ func TestLeaseExpiresAnotherWorkerCompletesFirstResumesAsNoOp(t *testing.T) {
 
 // TestPaidWhileAnotherTransactionVoidsTheInvoice: invoice.paid's statement
 // takes its snapshot while the invoice is open, then waits for the row lock
-// of a transaction that voids it. The transition is refused on the voided
-// row, so the status the snapshot saw (open) is stale: the handler must read
-// the latest one, and raise the anomaly for a void invoice.
+// of a transaction that voids it. The transition to paid from open is
+// refused on the voided row, so the status the snapshot saw (open) is
+// stale: the handler must read the latest one (void), then book the payment
+// on the void invoice and raise the anomaly, first "void".
 func TestPaidWhileAnotherTransactionVoidsTheInvoice(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -385,9 +391,11 @@ func TestPaidWhileAnotherTransactionVoidsTheInvoice(t *testing.T) {
 	s := <-done
 	require.Equal(t, 1, s.Processed)
 	require.Equal(t, 1, s.Anomalies)
-	require.Equal(t, "void", b.invoiceStatus(t, "in_r"))
-	require.Equal(t, 0, b.db.Count(t, "ledger_entries", ""))
-	require.Equal(t, 1, b.db.Count(t, "anomalies", "kind = 'payment_on_void_invoice' AND subject_id = 'in_r'"))
+	require.Equal(t, "paid", b.invoiceStatus(t, "in_r"))
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", "invoice_id = 'in_r' AND kind = 'payment' AND amount = 1000"))
+	require.Equal(t, 1, b.db.Count(t, "ledger_entries", ""))
+	require.Equal(t, 1, b.db.Count(t, "outbox", "aggregate_id = 'in_r' AND event_type = 'InvoicePaymentBooked'"))
+	require.Equal(t, 1, b.db.Count(t, "anomalies", "kind = 'payment_on_void_invoice' AND subject_id = 'in_r' AND detail->>'first' = 'void'"))
 }
 
 func TestSecondWorkerWaitsForTheRowLockThenSeesItDone(t *testing.T) {

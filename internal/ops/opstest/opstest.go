@@ -43,7 +43,7 @@ const (
 	Paid        = "evt_fx_paid"      // invoice.paid in_fx_1 on billing: applied, ledger + outbox; also on connect
 	Created     = "evt_fx_created"   // invoice.created in_fx_1: applied
 	Voided      = "evt_fx_voided"    // invoice.voided in_fx_2: applied
-	PaidOnVoid  = "evt_fx_paid_void" // invoice.paid in_fx_2: applied, raised the anomaly
+	PaidOnVoid  = "evt_fx_paid_void" // invoice.paid in_fx_2: applied, booked (ledger + outbox), raised the anomaly
 	Backlog     = "evt_fx_backlog"   // invoice.finalized, unprocessed, never tried
 	Failed1     = "evt_fx_failed_1"  // refund.created, 2 attempts, last_error "pg 40P01: deadlock detected", due again
 	Failed2     = "evt_fx_failed_2"  // refund.created on connect, 3 attempts, last_error "pg 57014: statement timeout", held 5 more minutes
@@ -57,8 +57,8 @@ type TestBundle struct {
 	DB *pgtest.Database
 	// AnomalyID is the open anomaly (payment_on_void_invoice of in_fx_2).
 	AnomalyID int64
-	// The outbox, besides evt_fx_paid's InvoicePaymentBooked (unpublished,
-	// never tried: backlog). OutboxWaiting: two rows that used up
+	// The outbox, besides the InvoicePaymentBooked rows of evt_fx_paid and
+	// evt_fx_paid_void (unpublished, never tried: backlog). OutboxWaiting: two rows that used up
 	// MaxAttempts and wait for a human (InvoicePaymentBooked of in_fx_w1,
 	// older, and in_fx_w2, last_error "MalformedDetail: ..."); OutboxFailing:
 	// one still being tried (3 attempts, due in a minute: backlog);
