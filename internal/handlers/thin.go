@@ -70,7 +70,7 @@ func eventGenerationFailureResolved(ctx context.Context, tx DB, ev Event) (Resul
 	if err != nil {
 		return Result{}, err
 	}
-	if _, err := tx.Exec(ctx, raiseAnomaly, AnomalyEventGenerationFailure, subject, ev.Endpoint, ev.ID, string(b)); err != nil {
+	if _, err := tx.Exec(ctx, raiseAnomaly, AnomalyEventGenerationFailure, subject, ev.Endpoint, ev.ID, string(b), account(ev)); err != nil {
 		return Result{}, fmt.Errorf("recording anomaly for %s: %w", subject, err)
 	}
 	return Result{Outcome: Applied, Anomaly: true}, nil
