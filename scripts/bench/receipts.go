@@ -124,5 +124,5 @@ func functionURLRequest(id string) events.LambdaFunctionURLRequest {
 func storeScript() string {
 	return "\\set id random(1, 4000000000000000000)\n" + pgbenchSQL(benchsql.StoreSQL,
 		"'stripe'", "'billing'", "'evt_pg_' || :client_id || '_' || :id", "'invoice.paid'", "'"+stripetest.APIVersion+"'",
-		"false", "NULL", "'in_1'", "(SELECT p FROM bench_payload)", "NULL", "NULL", "NULL") + ";"
+		"false", "NULL", "'in_1'", "(SELECT p FROM bench_payload)", "NULL", "NULL", "NULL", "'webhook'") + ";"
 }

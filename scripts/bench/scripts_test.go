@@ -47,3 +47,20 @@ func TestPgbenchSQLRefusesAParameterWithoutArgumentAndAnArgumentWithoutParameter
 		t.Errorf("got %q", got)
 	}
 }
+
+// The runner prints the webhook's endpoint lines and then the /_eventbridge
+// line (cmd/local): the webhook's URL is the endpoint's, not the last line's.
+func TestNoteListeningTellsTheRoutesApart(t *testing.T) {
+	t.Parallel()
+	var r localRunner
+	for _, l := range []string{
+		`listening on http://127.0.0.1:41234/billing (endpoint "billing")`,
+		`listening on http://127.0.0.1:41234/_eventbridge (EventBridge: sources aws.partner/stripe.com/* to endpoint "billing")`,
+		`worker running every 2s`,
+	} {
+		r.noteListening(l)
+	}
+	if r.url != "http://127.0.0.1:41234/billing" || r.ebURL != "http://127.0.0.1:41234/_eventbridge" {
+		t.Errorf("url %q, ebURL %q", r.url, r.ebURL)
+	}
+}
