@@ -20,6 +20,11 @@ func TestPgbenchScriptsFitTheStatements(t *testing.T) {
 		if strings.Contains(s, "$") {
 			t.Errorf("%s: a parameter left in the script:\n%s", name, s)
 		}
+		for _, lit := range literal.FindAllString(s, -1) {
+			if pgbenchVariable.MatchString(lit) {
+				t.Errorf("%s: pgbench would read a variable in the literal %s", name, lit)
+			}
+		}
 	}
 }
 
@@ -44,6 +49,9 @@ func TestPgbenchSQLRefusesAParameterWithoutArgumentAndAnArgumentWithoutParameter
 		}()
 	}
 	if got := pgbenchSQL("SELECT $1, $2, $1", ":a", "'b'"); got != "SELECT :a, 'b', :a" {
+		t.Errorf("got %q", got)
+	}
+	if got := pgbenchSQL("SELECT 'k:v:' || $1, '{\"a\": 1}'", ":a"); got != "SELECT ('k' || chr(58) || 'v' || chr(58) || '') || :a, '{\"a\": 1}'" {
 		t.Errorf("got %q", got)
 	}
 }
