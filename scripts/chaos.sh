@@ -66,6 +66,12 @@ if [ $# -gt 0 ]; then
   esac
   SCENARIOS="$*"
 fi
+for s in $SCENARIOS; do # before anything starts
+  case " $ALL_SCENARIOS " in
+    *" $s "*) ;;
+    *) echo "$0: unknown scenario $s ($ALL_SCENARIOS)" >&2; exit 2 ;;
+  esac
+done
 # The functions read their settings from the environment: clear what a
 # developer's shell may hold, so that only what this script sets applies.
 unset DATABASE_URL SIGNING_SECRET_ARNS DB_PROXY_HOST DB_PROXY_PORT DB_NAME DB_USER DB_MAX_CONNS \
@@ -557,10 +563,6 @@ scenario_eventbridge() {
 }
 
 for s in $SCENARIOS; do
-  case "$s" in
-    workers | dbcrash | network | overload | eventbridge) ;;
-    *) die "unknown scenario $s ($ALL_SCENARIOS)" ;;
-  esac
   log "=== $s ($MODE)"
   SLOGS=$LOGS/$s
   mkdir -p "$SLOGS"
