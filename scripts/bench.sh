@@ -13,7 +13,8 @@
 #       starts come from BENCH_COLDSTART_REPORT (the e2e suite's E2E_REPORT,
 #       which scripts/test.sh writes) instead of a run of the e2e suite.
 #   scripts/bench.sh -only latency,coverage   some sections (receipts, drain,
-#       rtt, scale, purge, cold, needsreview, latency, coverage, against);
+#       rtt, scale, purge, cold, needsreview, latency, coverage, against,
+#       ingest);
 #       cold starts are measured only when cold is among them
 #   scripts/bench.sh -against b5cb437   also drains the same invoice-only
 #       workload with cmd/local's worker built from that commit (git archive
@@ -37,6 +38,11 @@
 # worker resident and with one scheduled run a minute; coverage (about 3
 # minutes) runs back-to-back resident invocations on the schedule scaled
 # down 20x and reports the share of time with a live poller.
+#
+# ingest (about 1 minute) posts events to one cmd/local process by both of
+# its routes, signed to the webhook and in EventBridge's envelope to
+# /_eventbridge (issue 26), in alternating rounds at the same concurrency,
+# and reports the EventBridge/webhook ratio.
 #
 # PostgreSQL: DATABASE_URL's server, else (pinning on) a throwaway cluster
 # with default (durable) settings, else the one on 127.0.0.1:5432, else a

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The fault-injection suite (issue 8): nothing lost, nothing doubled.
 #
-#   scripts/chaos.sh            # full run (about 4-5 minutes on 2 cores)
-#   scripts/chaos.sh --short    # the short run scripts/test.sh calls (about 1-2 minutes)
+#   scripts/chaos.sh            # full run (about 5-6 minutes on 2 cores)
+#   scripts/chaos.sh --short    # the short run scripts/test.sh calls (about 1.5-2.5 minutes)
 #   CHAOS_SCENARIOS="workers overload" scripts/chaos.sh --short   # a subset
 #
 # Real processes, a real PostgreSQL: the script starts its own throwaway
@@ -35,6 +35,12 @@
 #   network   toxiproxy between the functions and PostgreSQL: latency, resets
 #             (including of commit replies), timeouts and a black hole, toggled
 #   overload  128 concurrent deliveries against a webhook pool of DB_MAX_CONNS=2
+#   eventbridge  half of the events by EventBridge (POST /_eventbridge), half
+#             signed, duplicates across both paths (some concurrent), under
+#             the network scenario's toxic windows and worker SIGKILLs
+#
+#   scripts/chaos.sh eventbridge    # one scenario (full size); also
+#   scripts/chaos.sh --short eventbridge
 #
 # Exits non-zero if any scenario's check fails. Every wait is bounded, and
 # every process it started is stopped on exit, including on failure.
@@ -49,12 +55,23 @@ ROOT=$PWD
 
 MODE=full
 case "${1:-}" in
-  --short) MODE=short ;;
-  "") ;;
+  --short) MODE=short; shift ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-  *) echo "usage: $0 [--short]" >&2; exit 2 ;;
 esac
-SCENARIOS=${CHAOS_SCENARIOS:-"workers dbcrash network overload"}
+ALL_SCENARIOS="workers dbcrash network overload eventbridge"
+SCENARIOS=${CHAOS_SCENARIOS:-$ALL_SCENARIOS}
+if [ $# -gt 0 ]; then
+  case "$1" in
+    -*) echo "usage: $0 [--short] [SCENARIO...] ($ALL_SCENARIOS)" >&2; exit 2 ;;
+  esac
+  SCENARIOS="$*"
+fi
+for s in $SCENARIOS; do # before anything starts
+  case " $ALL_SCENARIOS " in
+    *" $s "*) ;;
+    *) echo "$0: unknown scenario $s ($ALL_SCENARIOS)" >&2; exit 2 ;;
+  esac
+done
 # The functions read their settings from the environment: clear what a
 # developer's shell may hold, so that only what this script sets applies.
 unset DATABASE_URL SIGNING_SECRET_ARNS DB_PROXY_HOST DB_PROXY_PORT DB_NAME DB_USER DB_MAX_CONNS \
@@ -70,11 +87,13 @@ if [ "$MODE" = short ]; then
   CRASH_INVOICES=250 CRASH_RATE=120 CRASHES=2
   NET_INVOICES=250 NET_RATE=80 NET_FAULTS=12
   OVERLOAD_INVOICES=400
+  EB_INVOICES=250 EB_RATE=80 EB_FAULTS=12
 else
   WORKERS_INVOICES=6000 WORKERS_KILLS=45 WORKERS_MIN_KILLS=30
   CRASH_INVOICES=800 CRASH_RATE=120 CRASHES=5
   NET_INVOICES=1200 NET_RATE=80 NET_FAULTS=60
   OVERLOAD_INVOICES=1500
+  EB_INVOICES=1000 EB_RATE=80 EB_FAULTS=50
 fi
 
 OUT=$ROOT/.tmp/chaos
@@ -457,11 +476,93 @@ scenario_overload() {
   toxiproxy_stop
 }
 
+# restart_worker NAME DBURL: starts the worker again and waits (bounded)
+# for its new start line; starts it once more if it exited before (its
+# first connection met a fault).
+restart_worker() {
+  local name=$1 url=$2 before try i
+  for try in 1 2 3 4 5; do
+    before=$(grep -c "worker running" "$SLOGS/$name.log" 2>/dev/null || true)
+    start_worker "$name" "$url"
+    for i in $(seq 1 300); do
+      [ "$(grep -c "worker running" "$SLOGS/$name.log" 2>/dev/null || true)" -gt "${before:-0}" ] && return 0
+      kill -0 "${PIDS[$name]}" 2>/dev/null || break
+      sleep 0.1
+    done
+    wait "${PIDS[$name]}" 2>/dev/null || true
+  done
+  die "$name did not restart"
+}
+
+# 5. Both paths (issue 26): about half of the events by EventBridge (POST
+# /_eventbridge on the same runner, the envelope EventBridge hands a
+# target; the ingest function's handler), the rest signed to the webhook
+# route; about 10% delivered twice, three in four of those one copy by each
+# path (half of the duplicates as two concurrent requests). The runner and
+# the workers reach PostgreSQL through toxiproxy, with the network
+# scenario's toxic windows (resets of commit replies make commits
+# ambiguous on either path); in about half of the windows a worker is
+# SIGKILLed and restarted. The end-state checks are the others': one
+# receipt per event whichever path brought it first, or both at once; lost
+# = doubled = 0. Fails if no receipt came by EventBridge or no event was
+# sent by both paths: then the run proved nothing.
+scenario_eventbridge() {
+  local db=chaos_eventbridge url proxied tport rc=0 faults=0 kills=0 n spec name type stream tox attrs victim
+  toxiproxy_install "$OUT/bin" || die "eventbridge: cannot install toxiproxy"
+  toxiproxy_start "$OUT/bin" "$SLOGS/toxiproxy.log" || die "eventbridge: cannot start toxiproxy"
+  tport=$(toxiproxy_add_proxy pg_eb "127.0.0.1:$PG_THROWAWAY_PORT") || die "eventbridge: cannot create the proxy"
+  new_db $db
+  url=$(db_url $db)
+  proxied="postgres://postgres@127.0.0.1:$tport/$db?sslmode=disable&connect_timeout=3"
+  # WEBHOOK_ENDPOINT=billing (start_webhook): the runner maps every
+  # aws.partner/stripe.com/ source to it, so both paths store under one
+  # endpoint.
+  start_webhook webhook "$proxied" DB_MAX_CONNS=10 STORE_TIMEOUT=2s
+  local eb_url=${WEBHOOK_URL%/billing}/_eventbridge
+  for n in 1 2; do start_worker "worker$n" "$proxied"; wait_worker_ready "worker$n"; done
+  log "eventbridge: delivering $EB_INVOICES invoices' events at $EB_RATE/s, half by $eb_url; up to $EB_FAULTS toxic windows"
+  sim_bg eventbridge -phase send -state "$LOGS/eventbridge.state" -url "$WEBHOOK_URL" -eventbridge-url "$eb_url" \
+    -invoices "$EB_INVOICES" -rate "$EB_RATE" -concurrency 16
+  while [ "$faults" -lt "$EB_FAULTS" ]; do
+    sleep_ms "$(rand_ms 200 600)"
+    kill -0 "$SIM_PID" 2>/dev/null || break
+    spec=${NET_TOXICS[$((faults % ${#NET_TOXICS[@]}))]}
+    read -r name type stream tox attrs <<<"$spec"
+    toxiproxy_add_toxic pg_eb "$name" "$type" "$stream" "$tox" "$attrs" || die "eventbridge: cannot add toxic $name"
+    faults=$((faults + 1))
+    victim=
+    if [ $((RANDOM % 2)) = 0 ]; then
+      victim="worker$((RANDOM % 2 + 1))"
+      kill -KILL "${PIDS[$victim]}" 2>/dev/null || true
+      wait "${PIDS[$victim]}" 2>/dev/null || true
+      kills=$((kills + 1))
+    fi
+    sleep_ms "$(rand_ms 600 1500)"
+    toxiproxy_remove_toxic pg_eb "$name" || die "eventbridge: cannot remove toxic $name"
+    # Restarted between windows: a runner that cannot connect at start
+    # exits (a configuration mistake fails at start), so a restart into a
+    # toxic window would leave no worker.
+    [ -z "$victim" ] || restart_worker "$victim" "$proxied"
+  done
+  wait "$SIM_PID" || rc=$?
+  unset "PIDS[sim]"
+  toxiproxy_reset || true
+  log "eventbridge: $faults toxic windows, $kills worker kills; checking"
+  sim eventbridge -phase check -state "$LOGS/eventbridge.state" -db "$url" -faults "$((faults + kills))" -drain-timeout 150s || rc=$?
+  if ! grep -q ' receipts_eventbridge=[1-9]' "$LOGS/eventbridge.figures" 2>/dev/null; then
+    log "eventbridge: no receipt came by EventBridge"
+    rc=1
+  fi
+  if ! grep -q ' cross_path=[1-9]' "$LOGS/eventbridge.figures" 2>/dev/null; then
+    log "eventbridge: no event was sent by both paths"
+    rc=1
+  fi
+  record eventbridge "$rc"
+  stop_all
+  toxiproxy_stop
+}
+
 for s in $SCENARIOS; do
-  case "$s" in
-    workers | dbcrash | network | overload) ;;
-    *) die "unknown scenario $s (workers, dbcrash, network, overload)" ;;
-  esac
   log "=== $s ($MODE)"
   SLOGS=$LOGS/$s
   mkdir -p "$SLOGS"

@@ -82,5 +82,5 @@ bash scripts/build.sh
 # unless docs/deployment.md's cost table is the templates' (scripts/cost).
 bash scripts/cost.sh -check
 
-step "fault injection (short): worker kills, database crash, network faults, overload"
+step "fault injection (short): worker kills, database crash, network faults, overload, both paths (webhook and EventBridge)"
 bash scripts/chaos.sh --short

@@ -169,7 +169,21 @@ var param = regexp.MustCompile(`\$([0-9]+)`)
 // prepared statement (-M prepared), as pgx does. It panics when a parameter
 // has no argument or an argument no parameter: the statement changed, and
 // the script must follow it (TestPgbenchScriptsFitTheStatements).
+//
+// A colon in a string literal of sql that pgbench would take for a
+// variable (':' then a letter, digit or '_', as in
+// 'inbox:customer_metadata:', issue 28's idempotency key) is written as
+// chr(58): pgbench replaces :name with a parameter even inside a literal,
+// and the prepared statement then fails ("could not determine data type of
+// parameter $6").
 func pgbenchSQL(sql string, args ...string) string {
+	sql = literal.ReplaceAllStringFunc(sql, func(lit string) string {
+		if !pgbenchVariable.MatchString(lit) {
+			return lit
+		}
+		parts := strings.Split(lit[1:len(lit)-1], ":")
+		return "('" + strings.Join(parts, "' || chr(58) || '") + "')"
+	})
 	used := make([]bool, len(args))
 	out := param.ReplaceAllStringFunc(sql, func(m string) string {
 		n, _ := strconv.Atoi(m[1:])
@@ -186,6 +200,11 @@ func pgbenchSQL(sql string, args ...string) string {
 	}
 	return out
 }
+
+var (
+	literal         = regexp.MustCompile(`'(?:[^']|'')*'`)
+	pgbenchVariable = regexp.MustCompile(`:[A-Za-z0-9_]`)
+)
 
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ type localRunner struct {
 	stdout *bytes.Buffer // its printed lines
 	stderr *lockedBuffer // its JSON log
 	url    string        // the webhook's URL, when it runs one
+	ebURL  string        // its POST /_eventbridge, when it runs the webhook
 }
 
 type lockedBuffer struct {
@@ -41,9 +43,10 @@ func (l *lockedBuffer) String() string {
 var listeningLine = regexp.MustCompile(`listening on (http://\S+) `)
 
 // startLocal starts cmd/local with env (on top of a clean environment: PATH
-// and HOME only) and waits for its worker to start and, with webhook, for
-// its webhook to listen.
+// and HOME only) and waits for its worker to start (unless env says
+// LOCAL_COMPONENTS=webhook) and, with webhook, for its webhook to listen.
 func startLocal(webhook bool, env ...string) *localRunner {
+	worker := !slices.Contains(env, "LOCAL_COMPONENTS=webhook")
 	cmd := exec.Command(*localBin)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"DATABASE_URL=" + *dbURL, "STRIPE_WEBHOOK_SECRET=" + secret, "WEBHOOK_ENDPOINT=billing",
@@ -69,10 +72,8 @@ func startLocal(webhook bool, env ...string) *localRunner {
 				fail(fmt.Errorf("cmd/local exited:\n%s", r.stderr.String()))
 			}
 			r.stdout.WriteString(l + "\n")
-			if m := listeningLine.FindStringSubmatch(l); m != nil {
-				r.url = m[1]
-			}
-			if strings.HasPrefix(l, "worker running") && (!webhook || r.url != "") {
+			r.noteListening(l)
+			if (!worker || strings.HasPrefix(l, "worker running")) && (!webhook || (r.url != "" && r.ebURL != "")) {
 				go func() { // keep the pipe drained
 					for range lines {
 					}
@@ -82,6 +83,21 @@ func startLocal(webhook bool, env ...string) *localRunner {
 		case <-timeout:
 			fail(fmt.Errorf("cmd/local did not start:\n%s%s", r.stdout, r.stderr.String()))
 		}
+	}
+}
+
+// noteListening reads the runner's "listening on" lines: the webhook
+// prints one per endpoint, then the /_eventbridge line (issue 26). r.url is
+// the first endpoint's (before, the last line won, and the latency section
+// posted signed events to /_eventbridge), r.ebURL the /_eventbridge one.
+func (r *localRunner) noteListening(line string) {
+	m := listeningLine.FindStringSubmatch(line)
+	switch {
+	case m == nil:
+	case strings.HasSuffix(m[1], "/_eventbridge"):
+		r.ebURL = m[1]
+	case r.url == "":
+		r.url = m[1]
 	}
 }
 

@@ -28,8 +28,8 @@ var (
 	dbURL     = flag.String("db", "", "URL of the benchmark database (created and migrated by scripts/bench.sh)")
 	quick     = flag.Bool("quick", false, "smaller sizes (a smoke run)")
 	coldStart = flag.String("coldstart", "", "file with cold-start figures from the e2e suite (E2E_REPORT), if any")
-	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,rtt,scale,purge,cold,needsreview,latency,coverage,against); default all")
-	localBin  = flag.String("local", ".tmp/local", "the cmd/local binary (latency and coverage run it as a process; scripts/bench.sh builds it)")
+	only      = flag.String("only", "", "comma-separated sections to run (receipts,drain,rtt,scale,purge,cold,needsreview,latency,coverage,ingest,against); default all")
+	localBin  = flag.String("local", ".tmp/local", "the cmd/local binary (latency, coverage and ingest run it as a process; scripts/bench.sh builds it)")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
 	pin       = flag.Bool("pin", false, "receipts, drain and rtt also run with PostgreSQL pinned to CPU 0 and the benchmark to CPU 1 (see pin.go); needs 2 cores and a server of its own")
 	toxiAPI   = flag.String("toxiproxy", "", "toxiproxy's API URL (rtt: scripts/bench.sh starts it)")
@@ -96,6 +96,7 @@ func main() {
 		{"latency", func(out io.Writer) { latency(ctx, out) }},
 		{"coverage", func(out io.Writer) { coverage(ctx, out) }},
 		{"against", func(out io.Writer) { against(ctx, out) }},
+		{"ingest", func(out io.Writer) { ingest(ctx, out) }},
 	} {
 		if *only == "" || slices.Contains(strings.Split(*only, ","), sec.name) {
 			var buf bytes.Buffer

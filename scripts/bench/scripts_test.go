@@ -20,6 +20,11 @@ func TestPgbenchScriptsFitTheStatements(t *testing.T) {
 		if strings.Contains(s, "$") {
 			t.Errorf("%s: a parameter left in the script:\n%s", name, s)
 		}
+		for _, lit := range literal.FindAllString(s, -1) {
+			if pgbenchVariable.MatchString(lit) {
+				t.Errorf("%s: pgbench would read a variable in the literal %s", name, lit)
+			}
+		}
 	}
 }
 
@@ -45,5 +50,25 @@ func TestPgbenchSQLRefusesAParameterWithoutArgumentAndAnArgumentWithoutParameter
 	}
 	if got := pgbenchSQL("SELECT $1, $2, $1", ":a", "'b'"); got != "SELECT :a, 'b', :a" {
 		t.Errorf("got %q", got)
+	}
+	if got := pgbenchSQL("SELECT 'k:v:' || $1, '{\"a\": 1}'", ":a"); got != "SELECT ('k' || chr(58) || 'v' || chr(58) || '') || :a, '{\"a\": 1}'" {
+		t.Errorf("got %q", got)
+	}
+}
+
+// The runner prints the webhook's endpoint lines and then the /_eventbridge
+// line (cmd/local): the webhook's URL is the endpoint's, not the last line's.
+func TestNoteListeningTellsTheRoutesApart(t *testing.T) {
+	t.Parallel()
+	var r localRunner
+	for _, l := range []string{
+		`listening on http://127.0.0.1:41234/billing (endpoint "billing")`,
+		`listening on http://127.0.0.1:41234/_eventbridge (EventBridge: sources aws.partner/stripe.com/* to endpoint "billing")`,
+		`worker running every 2s`,
+	} {
+		r.noteListening(l)
+	}
+	if r.url != "http://127.0.0.1:41234/billing" || r.ebURL != "http://127.0.0.1:41234/_eventbridge" {
+		t.Errorf("url %q, ebURL %q", r.url, r.ebURL)
 	}
 }

@@ -21,7 +21,7 @@ SELECT count(*) FROM webhook_inbox
 
 	// $1 endpoint, $2 event id prefix.
 	selectReceipts = `
-SELECT event_id, processed_at IS NOT NULL, attempts, coalesce(outcome, '') FROM webhook_inbox
+SELECT event_id, processed_at IS NOT NULL, attempts, coalesce(outcome, ''), source = 'eventbridge' FROM webhook_inbox
  WHERE provider = 'stripe' AND endpoint = $1 AND starts_with(event_id, $2)`
 
 	// $1 invoice id prefix.
@@ -52,6 +52,7 @@ type receiptsResult struct {
 	NeedsReview int // unprocessed receipts at the attempt limit
 	Reattempted int // processed receipts that took more than one attempt
 	Wrong       int // other-mode receipts not marked ignored_other_mode, or booked-mode ones that were
+	EventBridge int // receipts stored from an EventBridge delivery (source 'eventbridge'; the rest came signed)
 }
 
 // invoicesResult is the check of invoices.
@@ -199,12 +200,15 @@ func checkReceipts(ctx context.Context, conn *pgx.Conn, endpoint, prefix string,
 	}
 	for rows.Next() {
 		var id, outcome string
-		var processed bool
+		var processed, eb bool
 		var attempts int
-		if err := rows.Scan(&id, &processed, &attempts, &outcome); err != nil {
+		if err := rows.Scan(&id, &processed, &attempts, &outcome, &eb); err != nil {
 			return r, fmt.Errorf("reading receipts: %w", err)
 		}
 		receipts[id] = true
+		if eb {
+			r.EventBridge++
+		}
 		if processed && attempts > 1 {
 			r.Reattempted++
 		}

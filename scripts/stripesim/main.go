@@ -27,6 +27,14 @@
 // It exits 1 when anything was lost, doubled, wrong or left unprocessed, when
 // a 2xx'd event has no receipt row, or when a delivery never got a 2xx.
 //
+// With -eventbridge-url (the local runner's POST /_eventbridge) about half
+// of the events go by EventBridge instead, in the envelope EventBridge hands
+// a target (source aws.partner/stripe.com/ed_test_..., detail the Event),
+// and most duplicates go one copy by each path, some as a concurrent pair:
+// the same event by both paths must be one receipt and one effect. The
+// figures line then ends with via_eventbridge, ok2xx_eventbridge,
+// cross_path and receipts_eventbridge.
+//
 // -phase splits the run for fault scripts that must act between sending and
 // draining: "send" delivers and writes -state; "check" reads -state,
 // regenerates the same events from its seed and checks. "all" does both.
@@ -75,6 +83,8 @@ type options struct {
 	faultsFile  string
 	state       string
 	eventbridge string
+	ebURL       string
+	paths       paths
 }
 
 // state is what -phase send hands to -phase check.
@@ -86,6 +96,9 @@ type state struct {
 	OtherMode   bool     `json:"other_mode"`
 	Sent        int64    `json:"sent"`
 	OK2xx       int64    `json:"ok2xx"`
+	ViaEB       int64    `json:"via_eventbridge"`
+	OK2xxEB     int64    `json:"ok2xx_eventbridge"`
+	CrossPath   int      `json:"cross_path"`
 	Retries     int64    `json:"retries"`
 	Undelivered int64    `json:"undelivered"`
 	Ambiguous   int64    `json:"ambiguous"`
@@ -121,7 +134,13 @@ func main() {
 	flag.StringVar(&o.faultsFile, "faults-file", "", "read the fault count from this file when reporting (for a caller that injects faults while stripesim runs)")
 	flag.StringVar(&o.state, "state", "", "state file between -phase send and -phase check")
 	flag.StringVar(&o.eventbridge, "eventbridge", "", "URL of the EventBridge stand-in the workers' outbox relay publishes to (scripts/ebstandin); set: check that every outbox row of the run is published")
+	flag.StringVar(&o.ebURL, "eventbridge-url", "", "URL of the local runner's POST /_eventbridge; set: about -eventbridge-share of the events are delivered by EventBridge (the envelope it hands a target) instead of signed to -url")
+	flag.Float64Var(&o.paths.ebShare, "eventbridge-share", 0.5, "with -eventbridge-url: share of the events delivered by EventBridge")
+	flag.Float64Var(&o.paths.crossShare, "cross-share", 0.75, "with -eventbridge-url: share of the duplicates whose second copy takes the other path (the same event by both)")
 	flag.Parse()
+	if o.ebURL == "" {
+		o.paths = paths{}
+	}
 	o.live = *mode == "live"
 	if *mode != "live" && *mode != "test" {
 		fmt.Fprintf(os.Stderr, "stripesim: -mode=%q: must be test or live (the worker's STRIPE_MODE)\n", *mode)
@@ -188,6 +207,9 @@ func (o options) validate() error {
 		if !strings.HasPrefix(firstSecret(o.secret), "whsec_") {
 			errs = append(errs, errors.New("set -secret or STRIPE_WEBHOOK_SECRET to the webhook's signing secret (whsec_...)"))
 		}
+		if o.ebURL != "" && (o.paths.ebShare <= 0 || o.paths.ebShare > 1 || o.paths.crossShare < 0 || o.paths.crossShare > 1) {
+			errs = append(errs, errors.New("-eventbridge-share must be in (0, 1] and -cross-share in [0, 1]"))
+		}
 		if o.invoices < 1 || o.concurrency < 1 || o.policy.MaxTries < 1 {
 			errs = append(errs, errors.New("-invoices, -concurrency and -max-tries must be at least 1"))
 		}
@@ -225,11 +247,11 @@ func generate(rng *rand.Rand, o options) ([]event, stripetest.Expected) {
 func send(ctx context.Context, o options) state {
 	rng := rngFor(o.seed)
 	evs, exp := generate(rng, o)
-	ds, dups := plan(rng, evs, o.dupRate)
-	fmt.Fprintf(os.Stderr, "stripesim: scenario=%s seed=%d invoices=%d events=%d twins=%d other_mode=%d duplicates=%d deliveries=%d concurrency=%d\n",
-		o.scenario, o.seed, o.invoices, len(evs), exp.Twins, len(exp.OtherMode), dups, len(ds), o.concurrency)
+	ds, n := plan(rng, evs, o.dupRate, o.paths)
+	fmt.Fprintf(os.Stderr, "stripesim: scenario=%s seed=%d invoices=%d events=%d twins=%d other_mode=%d duplicates=%d deliveries=%d via_eventbridge=%d cross_path=%d concurrency=%d\n",
+		o.scenario, o.seed, o.invoices, len(evs), exp.Twins, len(exp.OtherMode), n.dups, len(ds), n.eb, n.cross, o.concurrency)
 
-	s := newSender(o.url, firstSecret(o.secret), o.concurrency, o.policy, o.httpTimeout)
+	s := newSender(o.url, o.ebURL, firstSecret(o.secret), o.concurrency, o.policy, o.httpTimeout)
 	sendCtx, cancel := context.WithTimeout(ctx, o.sendTimeout)
 	defer cancel()
 	start := time.Now()
@@ -239,7 +261,7 @@ func send(ctx context.Context, o options) state {
 
 	st := state{
 		Seed: o.seed, Invoices: o.invoices, TwinRate: o.twinRate, Live: o.live, OtherMode: o.otherMode,
-		Sent: s.sent.Load(), OK2xx: s.ok2xx.Load(), Retries: s.retries.Load(), Undelivered: s.undelivered.Load(),
+		Sent: s.sent.Load(), OK2xx: s.ok2xx.Load(), ViaEB: int64(n.eb), OK2xxEB: s.ebOK2xx.Load(), CrossPath: n.cross, Retries: s.retries.Load(), Undelivered: s.undelivered.Load(),
 		Ambiguous: s.ambiguous.Load(), Statuses: s.statusSummary(),
 	}
 	for id := range s.acked {
@@ -276,6 +298,9 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 			return 2, err
 		}
 	}
+	// Some deliveries went by EventBridge and were answered 2xx, but no
+	// receipt says so: the run did not test the path it claims to.
+	ebMissing := st.OK2xxEB > 0 && r.Receipts.EventBridge == 0
 	if o.faultsFile != "" {
 		if b, err := os.ReadFile(o.faultsFile); err == nil {
 			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
@@ -293,7 +318,16 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 		// own check above.)
 		line += fmt.Sprintf(" relay_rows=%d relay_unpublished=%d relay_lost=%d relay_duplicates=%d", rel.Rows, rel.Unpublished, rel.Lost, rel.Duplicates)
 	}
+	if st.ViaEB > 0 {
+		// Both paths: how many deliveries and receipts each took, and how
+		// many events came by both (each must be one receipt, one effect).
+		line += fmt.Sprintf(" via_eventbridge=%d ok2xx_eventbridge=%d cross_path=%d receipts_eventbridge=%d",
+			st.ViaEB, st.OK2xxEB, st.CrossPath, r.Receipts.EventBridge)
+	}
 	fmt.Println(line)
+	if ebMissing {
+		return 1, errors.New("check failed: deliveries by EventBridge were answered 2xx but no receipt has source eventbridge")
+	}
 	if r.failed() || st.Undelivered > 0 || rel.Unpublished+rel.Lost > 0 {
 		return 1, errors.New("check failed: see the figures line")
 	}
