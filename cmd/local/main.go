@@ -79,6 +79,9 @@ func run(ctx context.Context, cfg config.Local, logger *slog.Logger) error {
 		if err != nil {
 			return err
 		}
+		if wakes != nil {
+			eb.WakeWith(wakes) // as the webhook: WORKER_WAKE=on
+		}
 		// (Not a ServeMux: it would clean and redirect paths the webhook
 		// answers itself, as the Function URL does.)
 		ebHTTP, hookHTTP := ingest.HTTPHandler(eb), webhook.HTTPHandler(hook.Handler)

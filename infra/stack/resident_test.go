@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,29 @@ func TestTheWebhookWakesTheWorker(t *testing.T) {
 		require.Equal(t, "rate(1 minute)", props(rule)["ScheduleExpression"], "the schedule is the safety net")
 	}
 	require.NotContains(t, environment(retired.appFunctions(t)["webhook"]), "WAKE_FUNCTION")
+}
+
+// TestEventBridgeReceiptsWakeTheWorker: the ingest function starts a worker
+// run after a drain that stored receipts, as the webhook does after each
+// (without it they would wait for the schedule), and may invoke exactly the
+// worker.
+func TestEventBridgeReceiptsWakeTheWorker(t *testing.T) {
+	t.Parallel()
+	workerID, _ := ebOnly.one(t, "AWS::Lambda::Function", "WorkerFunction")
+	_, ingest := ebOnly.one(t, "AWS::Lambda::Function", "IngestFunction")
+	require.Equal(t, map[string]any{"Ref": workerID}, environment(ingest)["WAKE_FUNCTION"])
+	var invokes []string
+	for policy, sts := range ebOnly.statements() {
+		for _, st := range sts {
+			if asJSON(t, st["Action"]) == `"lambda:InvokeFunction"` && strings.Contains(asJSON(t, st["Resource"]), workerID) {
+				invokes = append(invokes, policy)
+			}
+		}
+	}
+	slices.Sort(invokes)
+	require.Len(t, invokes, 2, "the webhook and the ingest function: %v", invokes)
+	require.True(t, strings.HasPrefix(invokes[0], "IngestFunction"), invokes)
+	require.True(t, strings.HasPrefix(invokes[1], "WebhookFunction"), invokes)
 }
 
 // TestListenIsASetting: LISTEN (worker) and NOTIFY (webhook) are off by

@@ -243,6 +243,24 @@ func (b *builder) callAWSOverIPv6(name string, fn awslambda.Function) {
 	}
 }
 
+// wakesTheWorker lets fn start a worker run after receipts commit
+// (internal/wake: an asynchronous Invoke of the worker function only), when
+// workerWake is on: the webhook after each new receipt, the EventBridge
+// ingest after a drain that stored any.
+func (b *builder) wakesTheWorker(fn awslambda.Function) {
+	if !b.s.WorkerWake {
+		return
+	}
+	worker := b.functions["worker"]
+	fn.AddEnvironment(jsii.String("WAKE_FUNCTION"), worker.FunctionName(), nil)
+	// Exactly the worker, unqualified (invoked by name): no version or
+	// alias wildcard.
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("lambda:InvokeFunction"),
+		Resources: &[]*string{worker.FunctionArn()},
+	}))
+}
+
 // database is RDS PostgreSQL (encrypted, private, TLS forced, backed up) and
 // an RDS Proxy in front of it that requires TLS and IAM authentication.
 func (b *builder) database() {
@@ -510,18 +528,7 @@ func (b *builder) lambdas() {
 	for _, secret := range b.userSecrets {
 		secret.GrantRead(b.functions["migrate"], nil)
 	}
-	if b.s.WorkerWake {
-		// The webhook starts a worker run after each new receipt
-		// (internal/wake): an asynchronous Invoke of this function only.
-		worker := b.functions["worker"]
-		b.functions["webhook"].AddEnvironment(jsii.String("WAKE_FUNCTION"), worker.FunctionName(), nil)
-		// Exactly the worker, unqualified (the webhook invokes it by
-		// name): no version or alias wildcard.
-		b.functions["webhook"].AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Actions:   jsii.Strings("lambda:InvokeFunction"),
-			Resources: &[]*string{worker.FunctionArn()},
-		}))
-	}
+	b.wakesTheWorker(b.functions["webhook"])
 	if !b.s.FunctionURL {
 		// Every endpoint comes through EventBridge (eventbridge.go): no
 		// public URL at all.

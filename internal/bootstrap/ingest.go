@@ -5,11 +5,13 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/config"
 	"github.com/stripe-inbox/inbox/internal/ingest"
+	"github.com/stripe-inbox/inbox/internal/wake"
 )
 
 // NewIngest builds the EventBridge ingest function: the handler over the
@@ -31,6 +33,14 @@ func NewIngest(ctx context.Context, c config.Ingest, logger *slog.Logger, out io
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
+	}
+	if c.WakeFunction != "" {
+		w, err := wake.NewLambda(lambda.NewFromConfig(cfg), c.WakeFunction, c.WakeTimeout)
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		h.WakeWith(w)
 	}
 	client := sqs.NewFromConfig(cfg)
 	return &ingest.Drainer{

@@ -21,6 +21,10 @@ type Ingest struct {
 	DeadLetterURL string
 	// Drain bounds one invocation's reading of the queue.
 	Drain ingest.DrainConfig
+	// WakeFunction and WakeTimeout: as the webhook's (WAKE_FUNCTION,
+	// WAKE_TIMEOUT), a worker run after a drain that stored receipts.
+	WakeFunction string
+	WakeTimeout  time.Duration
 }
 
 // LoadIngest reads EVENTBRIDGE_SOURCES (required: source=endpoint pairs
@@ -42,6 +46,7 @@ func LoadIngest(env Env) (Ingest, error) {
 	c.DeadLetterURL = p.queueURL(env, "INGEST_DLQ_URL")
 	c.Drain.Batch = int32(p.intIn(env, "INGEST_BATCH", 10, 1, 10))
 	c.Drain.DeadlineMargin = p.durationIn(env, "DEADLINE_MARGIN", 5*time.Second, time.Second, time.Minute)
+	c.WakeFunction, c.WakeTimeout = p.wake(env)
 	return c, p.err()
 }
 

@@ -91,7 +91,12 @@ func LoadWebhook(env Env) (Webhook, error) {
 	// time (see internal/inbox/queries.go), and polling alone meets the
 	// latency goal.
 	w.Handler.Notify = p.onOff(env, "NOTIFY", false)
-	w.WakeFunction = strings.TrimSpace(env("WAKE_FUNCTION"))
-	w.WakeTimeout = p.durationIn(env, "WAKE_TIMEOUT", wake.DefaultTimeout, 100*time.Millisecond, 5*time.Second)
+	w.WakeFunction, w.WakeTimeout = p.wake(env)
 	return w, p.err()
+}
+
+// wake reads WAKE_FUNCTION (the worker function to invoke after receipts
+// commit; empty: none) and WAKE_TIMEOUT (bounds that Invoke).
+func (p *problems) wake(env Env) (string, time.Duration) {
+	return strings.TrimSpace(env("WAKE_FUNCTION")), p.durationIn(env, "WAKE_TIMEOUT", wake.DefaultTimeout, 100*time.Millisecond, 5*time.Second)
 }

@@ -33,6 +33,9 @@ func HTTPHandler(h *Handler) http.Handler {
 			// Internal error text stays in the log.
 			answer(w, http.StatusServiceUnavailable, map[string]string{"error": "receipt not stored; retry"})
 		default:
+			if res.Outcome == Stored {
+				h.wake(r.Context())
+			}
 			answer(w, http.StatusOK, map[string]string{"outcome": string(res.Outcome)})
 		}
 	})

@@ -158,6 +158,32 @@ type Handler struct {
 	logger       *slog.Logger
 	metrics      *metrics.Emitter
 	storeTimeout time.Duration
+	waker        Waker
+}
+
+// Waker starts a worker run (internal/wake): an asynchronous Lambda Invoke
+// on AWS, a signal to the local runner's loop. The webhook's, for receipts
+// that come through EventBridge: without it they would wait for the
+// worker's schedule (up to a minute) when the worker is not resident.
+type Waker interface {
+	Wake(ctx context.Context) error
+}
+
+// WakeWith makes the handler wake a worker once new receipts committed:
+// after each stored request of the local route (HTTPHandler), and once per
+// queue drain that stored any (Drainer.Drain: one Invoke, not one per
+// message). Call it before serving. A failed wake is logged and changes
+// nothing: the receipts are committed, and the worker's schedule applies
+// them.
+func (h *Handler) WakeWith(w Waker) { h.waker = w }
+
+func (h *Handler) wake(ctx context.Context) {
+	if h.waker == nil {
+		return
+	}
+	if err := h.waker.Wake(ctx); err != nil {
+		h.logger.WarnContext(ctx, "waking the worker failed; the schedule will apply the receipts", "error", err.Error())
+	}
 }
 
 // New returns a Handler. db must be a pool (each receipt is its own

@@ -93,6 +93,9 @@ func (d *Drainer) Drain(ctx context.Context, _ any) (Summary, error) {
 			d.one(ctx, m, &s)
 		}
 	}
+	if s.Stored > 0 {
+		d.Handler.wake(ctx) // once for the whole drain: every receipt has committed
+	}
 	d.Logger.InfoContext(ctx, "ingest drain", "summary", s)
 	if s.Failed > 0 {
 		return s, fmt.Errorf("%w: %d", ErrLeftOnQueue, s.Failed)

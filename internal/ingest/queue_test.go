@@ -12,6 +12,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/sqstest"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
+	"github.com/stripe-inbox/inbox/internal/wake"
 )
 
 func drainer(t *testing.T, h *ingest.Handler) (*ingest.Drainer, *sqstest.Server) {
@@ -94,4 +95,30 @@ func TestDrainTransient(t *testing.T) {
 	require.Equal(t, ingest.Summary{Duplicate: 1}, s)
 	require.Empty(t, q.Messages("ingest"))
 	b.requireOneBooking(t, "evt_t2", "in_t2")
+}
+
+// TestADrainThatStoredWakesTheWorker: receipts that came through
+// EventBridge start a worker run as the webhook's do (a worker that is not
+// resident would otherwise wait for its schedule): one wake after a drain
+// that stored any, none after a drain of duplicates only.
+func TestADrainThatStoredWakesTheWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	wakes := wake.NewSignal()
+	b.ingest.WakeWith(wakes)
+	d, q := drainer(t, b.ingest)
+	ev := paid("evt_w1", "in_w1")
+	q.Send("ingest", string(stripetest.EventBridge("eb-w1", stripetest.EventBridgeSource, ev)))
+	q.Send("ingest", string(stripetest.EventBridge("eb-w2", stripetest.EventBridgeSource, paid("evt_w2", "in_w2"))))
+	s, err := d.Drain(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, s.Stored)
+	require.Len(t, wakes, 1, "the drain woke the worker")
+	<-wakes
+
+	q.Send("ingest", string(stripetest.EventBridge("eb-w3", stripetest.EventBridgeSource, ev)))
+	s, err = d.Drain(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, ingest.Summary{Duplicate: 1}, s)
+	require.Empty(t, wakes, "a duplicate's receipt is already there: no wake")
 }
