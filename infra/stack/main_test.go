@@ -86,7 +86,7 @@ func synthesizeAll() (func(*testing.M) int, error) {
 		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true", "outboxRelay": "false", "workerWake": "false"}},
 		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "workerPollInterval": "250ms", "latencyP99Alarm": "10s", "keepLegacyAppRole": "true"}},
 		{&live, map[string]any{"stage": "production", "stripeMode": "live"}},
-		{&ebOnly, map[string]any{"stage": "eb", "endpoints": "billing,connect", "functionUrl": "false", "writeBacks": "customer_metadata",
+		{&ebOnly, map[string]any{"stage": "eb", "endpoints": "billing,connect", "functionUrl": "false", "writeBacks": "customer_metadata", "cloudTrailDataEvents": "true",
 			"eventBridgeSources": "aws.partner/stripe.com/ed_test_1=billing,aws.partner/stripe.com/ed_test_2=connect"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))

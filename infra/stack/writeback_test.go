@@ -68,6 +68,11 @@ func TestWritebacksOn(t *testing.T) {
 	require.Contains(t, doc, `"ArnNotEquals"`)
 	require.Contains(t, doc, "WritebackFunctionServiceRole")
 
+	// Its Invokes are recorded with the caller's identity
+	// (cloudTrailDataEvents).
+	_, trail := s.one(t, "AWS::CloudTrail::Trail", "AuditTrail")
+	require.Contains(t, asJSON(t, props(trail)["EventSelectors"]), `{"Fn::GetAtt":["`+storeID+`","Arn"]}`)
+
 	// The schedule: every minute, the sender.
 	var scheduled bool
 	for _, r := range s.resources("AWS::Events::Rule") {
