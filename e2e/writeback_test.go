@@ -5,6 +5,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/invokeproof/ststest"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
+	"github.com/stripe-inbox/inbox/internal/stripeapitest"
 	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
@@ -113,5 +115,68 @@ VALUES ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'inbox:custome
 	}
 	if coldStarts(em) != 1 {
 		t.Errorf("%d cold starts: a refusal must not crash the function", coldStarts(em))
+	}
+}
+
+// TestWritebackSenderSendsThroughTheStoreFunction: the writeback binary
+// (outside the VPC in AWS) claims through the writebackstore binary with
+// the real Lambda client (AWS_ENDPOINT_URL_LAMBDA points at the store's
+// emulator), each request proven with its credentials, calls the Stripe
+// stand-in once, records the result, and emits the backlog's gauges; a
+// second run calls nothing.
+func TestWritebackSenderSendsThroughTheStoreFunction(t *testing.T) {
+	t.Parallel()
+	setup(t).binary(t, "writeback")
+	setup(t).binary(t, "writebackstore")
+	db := pgtest.DB(t)
+	sts := ststest.New(t, writebackPrincipal)
+	store := emulate(t, "writebackstore", map[string]string{
+		"DATABASE_URL":         db.URL,
+		"WRITEBACK_ROLE_ARN":   ststest.RoleARN(writebackRole),
+		"AWS_ENDPOINT_URL_STS": sts.URL,
+		"DB_MAX_CONNS":         "2",
+		"METRICS_NAMESPACE":    "StripeInboxE2E",
+		"AWS_REGION":           "us-east-1",
+	}, 20*time.Second)
+	u, err := url.Parse(store.InvokeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := stripeapitest.New("cus_1")
+	t.Cleanup(api.Close)
+	if _, err := db.Pool.Exec(context.Background(), `
+INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id)
+VALUES ('customer_metadata', 'cus_1', '{"metadata": {"inbox_last_paid_invoice": "in_1"}}', 'inbox:customer_metadata:in_1:payment', 'evt_1')`); err != nil {
+		t.Fatal(err)
+	}
+	sender := emulate(t, "writeback", map[string]string{
+		"STRIPE_API_KEY":          stripeapitest.Key, // the stand-in's; in AWS a restricted key from Secrets Manager
+		"STRIPE_API_BASE":         api.URL,
+		"STORE_FUNCTION":          "function", // the emulator's function name in its invoke path
+		"AWS_ENDPOINT_URL_LAMBDA": "http://" + u.Host,
+		"AWS_ENDPOINT_URL_STS":    sts.URL,
+		"AWS_ACCESS_KEY_ID":       fakeAccessKey,
+		"AWS_SECRET_ACCESS_KEY":   "e2e-fake-secret-access-key",
+		"AWS_REGION":              "us-east-1",
+		"DEADLINE_MARGIN":         "3s",
+		"METRICS_NAMESPACE":       "StripeInboxE2E",
+		"METRICS_DIMENSIONS":      "Stage=e2e",
+	}, 20*time.Second)
+
+	resp := invoke(t, sender, scheduledEvent("writeback"))
+	var sum writeback.Summary
+	if resp.Status != 200 || json.Unmarshal(resp.Body, &sum) != nil || sum.Calls != 1 || sum.Done != 1 {
+		t.Fatalf("the sender's run: answered %d %s", resp.Status, resp.Body)
+	}
+	if n := api.Applied("inbox:customer_metadata:in_1:payment"); n != 1 {
+		t.Fatalf("applied %d times, want 1", n)
+	}
+	if n := db.Count(t, "writeback_intents", "status = 'done' AND result_via = 'call'"); n != 1 {
+		t.Fatalf("the result is not recorded")
+	}
+	waitLog(t, sender, `"WritebacksPending":0`)
+	resp = invoke(t, sender, scheduledEvent("writeback"))
+	if resp.Status != 200 || json.Unmarshal(resp.Body, &sum) != nil || sum.Calls != 0 {
+		t.Fatalf("the second run: answered %d %s", resp.Status, resp.Body)
 	}
 }
