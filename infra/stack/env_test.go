@@ -29,8 +29,10 @@ func resolvedEnv(t *testing.T, r resource) config.Env {
 				m[k] = "inbox.proxy-abc.eu-west-1.rds.amazonaws.com"
 			case "RECONCILER_ROLE_ARN":
 				m[k] = "arn:aws:iam::123456789012:role/StripeInbox-dev-ReconcileFunctionServiceRole-AbCdEf"
+			case "WRITEBACK_ROLE_ARN":
+				m[k] = "arn:aws:iam::123456789012:role/StripeInbox-dev-WritebackFunctionServiceRole-AbCdEf"
 			case "WEBHOOK_DB_SECRET_ARN", "WORKER_DB_SECRET_ARN", "PURGE_DB_SECRET_ARN", "LEGACY_DB_SECRET_ARN", "OPS_DB_SECRET_ARN",
-				"RECONCILE_DB_SECRET_ARN", "STRIPE_API_KEY_SECRET_ARN", "INGEST_DB_SECRET_ARN":
+				"RECONCILE_DB_SECRET_ARN", "STRIPE_API_KEY_SECRET_ARN", "INGEST_DB_SECRET_ARN", "WRITEBACK_DB_SECRET_ARN":
 				m[k] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:" + strings.ToLower(k) + "-AbCdEf"
 			case "INGEST_QUEUE_URL", "INGEST_DLQ_URL":
 				m[k] = "https://sqs.eu-west-1.amazonaws.com/123456789012/" + strings.ToLower(k)
@@ -71,6 +73,17 @@ func TestFunctionEnvironmentsPassConfigValidation(t *testing.T) {
 			_, ingest := s.one(t, "AWS::Lambda::Function", "IngestFunction")
 			_, err = config.LoadIngest(resolvedEnv(t, ingest))
 			require.NoError(t, err, "ingest")
+		}
+		if len(s.settings.WriteBacks) > 0 {
+			_, sender := s.one(t, "AWS::Lambda::Function", "WritebackFunction")
+			_, err = config.LoadWriteback(resolvedEnv(t, sender))
+			require.NoError(t, err, "writeback")
+			_, store := s.one(t, "AWS::Lambda::Function", "WritebackstoreFunction")
+			_, err = config.LoadWritebackStore(resolvedEnv(t, store))
+			require.NoError(t, err, "writebackstore")
+			w, err := config.LoadWorker(resolvedEnv(t, fns["worker"]))
+			require.NoError(t, err, "worker")
+			require.Equal(t, s.settings.WriteBacks, w.Handlers.Writebacks)
 		}
 	}
 }

@@ -27,7 +27,7 @@ type synthesized struct {
 // (defaults), dev with nat=true, the resident worker and keepLegacyAppRole=true
 // (the one upgrade deploy), dev with the former retireLegacyAppRole=true,
 // outboxRelay=false and workerWake=false, a live stage that is not called prod, and a stage
-// whose events all come through EventBridge (ebOnly).
+// whose events all come through EventBridge, with write-backs on (ebOnly).
 var dev, prod, natDev, retired, live, ebOnly *synthesized
 
 func TestMain(m *testing.M) {
@@ -53,7 +53,7 @@ func synthesizeAll() (func(*testing.M) int, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(assets)
-	for _, name := range append(slices.Clip(Functions), "ingest") {
+	for _, name := range append(slices.Clip(Functions), "ingest", "writeback", "writebackstore") {
 		if err := os.MkdirAll(filepath.Join(assets, name), 0o755); err != nil {
 			return nil, err
 		}
@@ -86,7 +86,7 @@ func synthesizeAll() (func(*testing.M) int, error) {
 		{&retired, map[string]any{"stage": "retired", "retireLegacyAppRole": "true", "outboxRelay": "false", "workerWake": "false"}},
 		{&natDev, map[string]any{"stage": "natdev", "nat": "true", "workerListen": "true", "workerPollInterval": "250ms", "latencyP99Alarm": "10s", "keepLegacyAppRole": "true"}},
 		{&live, map[string]any{"stage": "production", "stripeMode": "live"}},
-		{&ebOnly, map[string]any{"stage": "eb", "endpoints": "billing,connect", "functionUrl": "false",
+		{&ebOnly, map[string]any{"stage": "eb", "endpoints": "billing,connect", "functionUrl": "false", "writeBacks": "customer_metadata", "cloudTrailDataEvents": "true",
 			"eventBridgeSources": "aws.partner/stripe.com/ed_test_1=billing,aws.partner/stripe.com/ed_test_2=connect"}},
 	}
 	stacks := make([]awscdk.Stack, len(variants))

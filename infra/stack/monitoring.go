@@ -218,6 +218,7 @@ func (b *builder) monitoring() {
 	specs = append(specs, b.otherModeOnlyAlarm())
 	specs = append(specs, b.outboxAlarms()...)
 	specs = append(specs, b.eventBridgeAlarms()...)
+	specs = append(specs, b.writebackAlarms()...)
 	alarms := make([]interfacesawscloudwatch.IAlarmRef, 0, len(specs))
 	for _, a := range specs {
 		op := awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD

@@ -178,7 +178,11 @@ func (b *builder) dataEvents() {
 		EnableFileValidation:       jsii.Bool(true),
 		ManagementEvents:           awscloudtrail.ReadWriteType_NONE,
 	})
-	trail.AddLambdaEventSelector(&[]awslambda.IFunction{b.functions["ops"], b.functions["reconcilestore"]}, &awscloudtrail.AddEventSelectorOptions{
+	audited := []awslambda.IFunction{b.functions["ops"], b.functions["reconcilestore"]}
+	if fn, ok := b.functions["writebackstore"]; ok {
+		audited = append(audited, fn) // writeBacks on (writeback.go)
+	}
+	trail.AddLambdaEventSelector(&audited, &awscloudtrail.AddEventSelectorOptions{
 		IncludeManagementEvents: jsii.Bool(false),
 		ReadWriteType:           awscloudtrail.ReadWriteType_ALL,
 	})

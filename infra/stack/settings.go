@@ -183,6 +183,10 @@ type Settings struct {
 	// "source=endpoint,..."): the stack associates each with a partner
 	// event bus and deploys the ingest function (eventbridge.go).
 	EventBridgeSources map[string]string
+	// WriteBacks are the write-backs to Stripe the worker records and the
+	// writeback function sends (writeBacks; default off, none: nothing is
+	// created; e.g. customer_metadata). See writeback.go.
+	WriteBacks []string
 	// FunctionURL gives the webhook its public Function URL (functionUrl;
 	// default true). false: a stage whose every endpoint comes through
 	// EventBridge; it needs eventBridgeSources.
@@ -289,6 +293,7 @@ func SettingsFromContext(lookup func(key string) any) (Settings, error) {
 	r.reconcileSettings(&s)
 	r.securitySettings(&s)
 	r.eventBridgeSettings(&s)
+	r.writeBacksSetting(&s)
 	s.AssetsDir = r.str("assetsDir", filepath.Join("..", "build"))
 	if len(r.problems) > 0 {
 		return s, errors.New("invalid CDK context:\n  - " + strings.Join(r.problems, "\n  - "))
@@ -302,6 +307,9 @@ func (s Settings) CheckAssets() error {
 	names := Functions
 	if len(s.EventBridgeSources) > 0 {
 		names = append(slices.Clip(names), "ingest")
+	}
+	if len(s.WriteBacks) > 0 {
+		names = append(slices.Clip(names), "writeback", "writebackstore")
 	}
 	for _, name := range names {
 		p := filepath.Join(s.AssetsDir, name, "bootstrap")

@@ -59,7 +59,7 @@ const (
 
 // functionUsers maps each function that serves traffic or schedules to its
 // database user.
-var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "ops": OpsUser, "reconcile": ReconcileUser, "ingest": IngestUser}
+var functionUsers = map[string]string{"webhook": WebhookUser, "worker": WorkerUser, "purge": PurgeUser, "ops": OpsUser, "reconcile": ReconcileUser, "ingest": IngestUser, "writeback": WritebackUser}
 
 // SigningSecretPlaceholder is the initial text of each endpoint's signing
 // secret. It is deliberately not a whsec_ value, so the webhook refuses to
@@ -99,6 +99,7 @@ func NewInboxStack(scope constructs.Construct, id string, props *InboxStackProps
 	b.outboxRelay()
 	b.reconcile()
 	b.eventBridge()
+	b.writeBacks()
 	b.security()
 	b.migrateOnDeploy()
 	b.schedules()
@@ -322,6 +323,9 @@ func (b *builder) database() {
 	users := []string{"webhook", "worker", "purge", "ops", "reconcile"}
 	if len(b.s.EventBridgeSources) > 0 {
 		users = append(users, "ingest") // eventbridge.go
+	}
+	if len(b.s.WriteBacks) > 0 {
+		users = append(users, "writeback") // writeback.go
 	}
 	for _, fn := range users {
 		b.userSecrets[fn] = awsrds.NewDatabaseSecret(b.stack, jsii.String(OutputID(fn)+"UserSecret"), &awsrds.DatabaseSecretProps{
@@ -628,6 +632,9 @@ func (b *builder) migrateOnDeploy() {
 		b.functions["webhook"], b.functions["worker"], b.functions["purge"], b.functions["ops"], b.functions["reconcilestore"],
 	}
 	if fn, ok := b.functions["ingest"]; ok {
+		before = append(before, fn)
+	}
+	if fn, ok := b.functions["writebackstore"]; ok {
 		before = append(before, fn)
 	}
 	b.trigger = triggers.NewTrigger(b.stack, jsii.String("MigrateOnDeploy"), &triggers.TriggerProps{

@@ -28,6 +28,13 @@
 //     the key, and the UPDATE and SELECT its delivery needs to replace a
 //     copy the reconciler listed first). Nothing else.
 //
+//   - the write-back store function's user (inbox_writeback; optional,
+//     Roles.Writeback): what internal/writeback.DBStore runs on
+//     writeback_intents: SELECT of the columns its claim, record and
+//     backlog statements read, UPDATE of the sender's columns (attempts,
+//     lease, token, status, result, last error). No INSERT, no DELETE,
+//     nothing else.
+//
 //   - the purge's user (inbox_purge): what internal/retention runs: SELECT
 //     and DELETE on webhook_inbox and outbox, UPDATE of webhook_inbox.payload and
 //     payload_raw (scrubbing) and of outbox.created_at (only so that its batches may

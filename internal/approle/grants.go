@@ -136,6 +136,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 	if roles.Ingest != "" {
 		all = append(all, roles.Ingest)
 	}
+	if roles.Writeback != "" {
+		all = append(all, roles.Writeback)
+	}
 	for _, name := range all {
 		r := q(name)
 		out = append(out,
@@ -207,6 +210,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 			"GRANT UPDATE ("+quoteAll(DeliveryReplaces)+") ON public.webhook_inbox TO "+ingest,
 			"GRANT SELECT (source, processed_at, listed_first) ON public.webhook_inbox TO "+ingest,
 		)
+	}
+	if roles.Writeback != "" {
+		out = append(out, writebackGrants(q(roles.Writeback))...)
 	}
 	if roles.Legacy != "" {
 		// The earlier release's shared role, while it is kept: what that
@@ -322,3 +328,30 @@ func opsGrants(ops string) []string {
 		"GRANT UPDATE (status, attempts, available_at, leased_until, claim_token, key_generation, refused) ON public.writeback_intents TO " + ops,
 	}
 }
+
+// writebackGrants are the write-back store function's
+// (internal/writeback.DBStore: claimIntents, recordDone, recordRetry,
+// recordParked, backlog), column by column: it reads what its statements
+// test and return, and updates the sender's columns. It cannot insert an
+// intent (the worker's, in the booking's transaction), delete one, change
+// what an intent asks for (kind, target, params, idempotency_key,
+// key_generation), read the receipt it came from, or touch any other
+// table. Its claim locks rows FOR UPDATE SKIP LOCKED, which its UPDATE
+// privilege allows.
+func writebackGrants(writeback string) []string {
+	return []string{
+		"GRANT SELECT (" + quoteAll(WritebackReads) + ") ON public.writeback_intents TO " + writeback,
+		"GRANT UPDATE (" + quoteAll(WritebackUpdates) + ") ON public.writeback_intents TO " + writeback,
+	}
+}
+
+// WritebackReads are the writeback_intents columns the write-back store
+// reads: the claim's tests and what it returns, the record statements'
+// WHERE, the backlog's.
+var WritebackReads = []string{"id", "kind", "target", "params", "idempotency_key", "key_generation", "status", "attempts",
+	"available_at", "first_attempt_at", "claim_token", "result_via", "created_at"}
+
+// WritebackUpdates are the writeback_intents columns the write-back store
+// sets: the claim's (attempt, lease, token) and the outcomes'.
+var WritebackUpdates = []string{"attempts", "first_attempt_at", "last_attempt_at", "leased_until", "available_at", "claim_token",
+	"status", "done_at", "result_id", "result", "result_via", "last_error", "refused"}

@@ -21,6 +21,7 @@ type Passwords struct {
 	Ops                    string // needed only when Roles.Ops is set
 	Reconcile              string // needed only when Roles.Reconcile is set
 	Ingest                 string // needed only when Roles.Ingest is set
+	Writeback              string // needed only when Roles.Writeback is set
 	Legacy                 string
 }
 
@@ -36,6 +37,8 @@ func (p Passwords) of(function string) string {
 		return p.Reconcile
 	case "ingest":
 		return p.Ingest
+	case "writeback":
+		return p.Writeback
 	default:
 		return p.Purge
 	}

@@ -42,6 +42,10 @@ type Roles struct {
 	// Ingest is the EventBridge ingest function's login role (inbox_ingest;
 	// internal/ingest); "" when the deployment has none.
 	Ingest string
+	// Writeback is the write-back sender's store function's login role
+	// (inbox_writeback; internal/writeback.DBStore); "" when the deployment
+	// has none.
+	Writeback string
 	// Legacy is the login role the functions of the earlier release shared
 	// (inbox_app), kept working as that release left it while the new
 	// functions replace the old ones and a rollback may bring the old ones
@@ -68,6 +72,9 @@ func (r Roles) logins() [][2]string {
 	}
 	if r.Ingest != "" {
 		l = append(l, [2]string{"ingest", r.Ingest})
+	}
+	if r.Writeback != "" {
+		l = append(l, [2]string{"writeback", r.Writeback})
 	}
 	return l
 }
@@ -110,6 +117,9 @@ func (r Roles) Validate(master string) error {
 	}
 	if r.Ingest != "" {
 		check("the ingest's role", r.Ingest)
+	}
+	if r.Writeback != "" {
+		check("the write-back store's role", r.Writeback)
 	}
 	if r.Legacy != "" {
 		check("the earlier release's shared role (kept)", r.Legacy)

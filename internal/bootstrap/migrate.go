@@ -43,7 +43,7 @@ func NewDeployer(ctx context.Context, cfg config.Migrate, logger *slog.Logger) (
 		fetch := secrets.SecretsManager(secretsmanager.NewFromConfig(aws))
 		d.Passwords = func(ctx context.Context) (approle.Passwords, error) {
 			pw := cfg.Passwords
-			for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "ops": cfg.Roles.Ops, "legacy": cfg.Roles.Legacy, "reconcile": cfg.Roles.Reconcile, "ingest": cfg.Roles.Ingest} {
+			for fn, user := range map[string]string{"webhook": cfg.Roles.Webhook, "worker": cfg.Roles.Worker, "purge": cfg.Roles.Purge, "ops": cfg.Roles.Ops, "legacy": cfg.Roles.Legacy, "reconcile": cfg.Roles.Reconcile, "ingest": cfg.Roles.Ingest, "writeback": cfg.Roles.Writeback} {
 				arn, ok := cfg.SecretARNs[fn]
 				if !ok || user == "" {
 					continue
@@ -69,6 +69,8 @@ func NewDeployer(ctx context.Context, cfg config.Migrate, logger *slog.Logger) (
 					pw.Reconcile = p
 				case "ingest":
 					pw.Ingest = p
+				case "writeback":
+					pw.Writeback = p
 				default:
 					pw.Purge = p
 				}

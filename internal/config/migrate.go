@@ -63,6 +63,8 @@ func LoadMigrate(env Env) (Migrate, error) {
 			Reconcile: get("RECONCILE_DB_USER"),
 			// Optional: the EventBridge ingest function's role.
 			Ingest: get("INGEST_DB_USER"),
+			// Optional: the write-back store function's role.
+			Writeback: get("WRITEBACK_DB_USER"),
 		},
 		SecretARNs: map[string]string{},
 		LogLevel:   p.logLevel(env),
@@ -118,6 +120,15 @@ func LoadMigrate(env Env) (Migrate, error) {
 			}
 		}
 	}
+	if c.Roles.Writeback != "" {
+		withSecret = append(slices.Clip(withSecret), "writeback")
+	} else {
+		for _, k := range []string{"WRITEBACK_DB_SECRET_ARN", "WRITEBACK_DB_PASSWORD"} {
+			if get(k) != "" {
+				p.addf("%s is set but WRITEBACK_DB_USER is not: name the role the secret is for (inbox_writeback), or unset it", k)
+			}
+		}
+	}
 	if c.Roles.Legacy != "" {
 		withSecret = append(slices.Clip(withSecret), "legacy")
 		if slices.Contains(c.Roles.Retired, c.Roles.Legacy) {
@@ -158,6 +169,8 @@ func LoadMigrate(env Env) (Migrate, error) {
 				c.Passwords.Reconcile = password
 			case "ingest":
 				c.Passwords.Ingest = password
+			case "writeback":
+				c.Passwords.Writeback = password
 			default:
 				c.Passwords.Purge = password
 			}

@@ -123,17 +123,7 @@ func LoadReconcile(env Env) (Reconcile, error) {
 		}
 	}
 
-	c.Client.BaseURL = strings.TrimSpace(env("STRIPE_API_BASE"))
-	if c.Client.BaseURL == "" {
-		c.Client.BaseURL = DefaultStripeAPIBase
-	}
-	if u, err := url.Parse(c.Client.BaseURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		p.addf("STRIPE_API_BASE=%q: must be a base URL such as https://api.stripe.com or http://127.0.0.1:12111", c.Client.BaseURL)
-	} else if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
-		// The key travels in every request's Authorization header.
-		p.addf("STRIPE_API_BASE=%q: plain http sends the Stripe key in clear; use https (http only on a loopback address: 127.0.0.1, ::1, localhost)", c.Client.BaseURL)
-	}
-	c.Client.BaseURL = strings.TrimSuffix(c.Client.BaseURL, "/")
+	c.Client.BaseURL = p.stripeAPIBase(env)
 	// The client's settings are checked here (no package validates them).
 	c.Client.Rate = float64(p.intIn(env, "RECONCILE_RATE", reconcile.DefaultRate, 1, reconcile.LiveReadLimit))
 	c.Client.MaxAttempts = p.intIn(env, "RECONCILE_MAX_ATTEMPTS", 8, 1, 20)
@@ -173,6 +163,22 @@ func LoadReconcile(env Env) (Reconcile, error) {
 	p.addErr("", rc.Validate())
 	c.Reconcile = rc
 	return c, p.err()
+}
+
+// stripeAPIBase reads STRIPE_API_BASE (default Stripe's API): a base URL,
+// https, or http only on a loopback address (a stand-in in tests).
+func (p *problems) stripeAPIBase(env Env) string {
+	base := strings.TrimSpace(env("STRIPE_API_BASE"))
+	if base == "" {
+		base = DefaultStripeAPIBase
+	}
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		p.addf("STRIPE_API_BASE=%q: must be a base URL such as https://api.stripe.com or http://127.0.0.1:12111", base)
+	} else if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		// The key travels in every request's Authorization header.
+		p.addf("STRIPE_API_BASE=%q: plain http sends the Stripe key in clear; use https (http only on a loopback address: 127.0.0.1, ::1, localhost)", base)
+	}
+	return strings.TrimSuffix(base, "/")
 }
 
 // LoadReconcileStore reads RECONCILE_ENDPOINTS (default billing: the

@@ -2,9 +2,13 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/stripe-inbox/inbox/internal/database"
+	"github.com/stripe-inbox/inbox/internal/invokeproof"
+	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
@@ -50,4 +54,124 @@ func (w LocalWriteback) String() string {
 		base = "https://api.stripe.com"
 	}
 	return fmt.Sprintf("write-back sender running every %s against %s (WRITEBACKS, STRIPE_API_BASE)", w.Interval, base)
+}
+
+// Writeback is the writeback function's configuration: the sender outside
+// the VPC (it reaches Stripe), which hands its store operations to the
+// writebackstore function (STORE_FUNCTION), or a run that stores through
+// DATABASE_URL.
+type Writeback struct {
+	MetricsNamespace  string
+	MetricsDimensions map[string]string
+	// MetricsPublish: see Common.MetricsPublish (METRICS_PUBLISH).
+	MetricsPublish []string
+	// Database is set when StoreFunction is not.
+	Database database.Config
+	// StoreFunction is the writebackstore function's name or ARN (AWS).
+	StoreFunction string
+	// APIKeyRef is the Stripe API key: a Secrets Manager ARN
+	// (APIKeyFromSecretsManager) or the key itself (local).
+	APIKeyRef                string
+	APIKeyFromSecretsManager bool
+	SecretFetchTimeout       time.Duration
+	// Mode is STRIPE_MODE when set: the key's mode must match it.
+	Mode   string
+	Client writeback.ClientConfig // Key is filled once fetched
+	Sender writeback.Config
+	// DeadlineMargin: the run stops claiming this long before the
+	// invocation's deadline (DEADLINE_MARGIN).
+	DeadlineMargin time.Duration
+	LogLevel       slog.Level // LOG_LEVEL
+}
+
+// WritebackStore is the writebackstore function's configuration.
+type WritebackStore struct {
+	Common
+	// SenderRoleARN is the writeback function's role (WRITEBACK_ROLE_ARN):
+	// the only principal whose requests it serves (internal/invokeproof).
+	SenderRoleARN string
+}
+
+// LoadWriteback reads:
+//   - the key: STRIPE_API_KEY_SECRET_ARN (AWS: a Secrets Manager secret
+//     holding a restricted key with Customers: Write) or STRIPE_API_KEY
+//     (local), exactly one; STRIPE_MODE (optional: live or test) must match
+//     the key's mode;
+//   - STRIPE_API_BASE (default https://api.stripe.com; a stand-in in tests);
+//   - where the intents are: STORE_FUNCTION (AWS) or DATABASE_URL, exactly
+//     one;
+//   - WRITEBACK_MAX_ATTEMPTS (default 25; 1 to 100), DEADLINE_MARGIN
+//     (default 15s; 1s to 5m: longer than the call timeout, 20s by
+//     default, is not needed: a call cut short is given back uncounted),
+//     SECRET_FETCH_TIMEOUT (2s), the metrics settings.
+func LoadWriteback(env Env) (Writeback, error) {
+	var p problems
+	var c Writeback
+	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, "writeback")
+	c.MetricsPublish = p.metricsPublish(env)
+	c.LogLevel = p.logLevel(env)
+
+	arn, literal := strings.TrimSpace(env("STRIPE_API_KEY_SECRET_ARN")), strings.TrimSpace(env("STRIPE_API_KEY"))
+	switch {
+	case arn != "" && literal != "":
+		p.addf("set either STRIPE_API_KEY_SECRET_ARN (AWS) or STRIPE_API_KEY (local), not both")
+	case arn != "":
+		if !strings.HasPrefix(arn, "arn:") || !strings.Contains(arn, ":secretsmanager:") {
+			p.addf("STRIPE_API_KEY_SECRET_ARN=%q: not a Secrets Manager ARN", arn)
+		}
+		c.APIKeyRef, c.APIKeyFromSecretsManager = arn, true
+	case literal != "":
+		if _, err := secrets.APIKeyMode(literal); err != nil {
+			p.addf("STRIPE_API_KEY: %v", err)
+		}
+		c.APIKeyRef = literal
+	default:
+		p.addf("no Stripe API key: set STRIPE_API_KEY=rk_test_... (local) or STRIPE_API_KEY_SECRET_ARN=arn:aws:secretsmanager:... (AWS; a restricted key with Customers: Write)")
+	}
+	c.SecretFetchTimeout = p.durationIn(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 30*time.Second)
+	switch c.Mode = strings.TrimSpace(env("STRIPE_MODE")); c.Mode {
+	case "", "live", "test":
+	default:
+		p.addf("STRIPE_MODE=%q: must be live or test", c.Mode)
+	}
+	if literal != "" && c.Mode != "" {
+		if m, err := secrets.APIKeyMode(literal); err == nil && m != c.Mode {
+			p.addf("STRIPE_API_KEY is a %s-mode key but STRIPE_MODE=%s: use a key of the mode this deployment books", m, c.Mode)
+		}
+	}
+	c.Client.BaseURL = p.stripeAPIBase(env)
+
+	c.StoreFunction = strings.TrimSpace(env("STORE_FUNCTION"))
+	dbURL := strings.TrimSpace(env("DATABASE_URL"))
+	switch {
+	case c.StoreFunction != "" && dbURL != "":
+		p.addf("set either STORE_FUNCTION (AWS: the writebackstore function inside the VPC) or DATABASE_URL (local), not both")
+	case c.StoreFunction == "" && dbURL == "":
+		p.addf("no write-back store: set STORE_FUNCTION (AWS) or DATABASE_URL (local)")
+	case dbURL != "":
+		c.Database = database.Config{URL: dbURL, AppName: "inbox-writeback", MaxConns: 2}
+		if err := c.Database.Validate(); err != nil {
+			p.addf("database: %v", err)
+		}
+	}
+	c.Sender = writeback.Config{MaxAttempts: p.intIn(env, "WRITEBACK_MAX_ATTEMPTS", writeback.DefaultMaxAttempts, 1, 100)}.WithDefaults()
+	p.addErr("", c.Sender.Validate())
+	c.DeadlineMargin = p.durationIn(env, "DEADLINE_MARGIN", 15*time.Second, time.Second, 5*time.Minute)
+	return c, p.err()
+}
+
+// LoadWritebackStore reads WRITEBACK_ROLE_ARN (required: the writeback
+// function's role, whose proofs it admits; the STS endpoint it verifies
+// them with is the SDK's, see invokeproof.Endpoint) and the database
+// settings.
+func LoadWritebackStore(env Env) (WritebackStore, error) {
+	var p problems
+	c := WritebackStore{Common: p.common(env, "writebackstore", 2)}
+	c.SenderRoleARN = strings.TrimSpace(env("WRITEBACK_ROLE_ARN"))
+	if c.SenderRoleARN == "" {
+		p.addf("WRITEBACK_ROLE_ARN is not set: the write-back store function serves only requests proven to come from the writeback function's role (arn:aws:iam::ACCOUNT:role/NAME; the stack sets it)")
+	} else if _, err := invokeproof.Role(c.SenderRoleARN); err != nil {
+		p.addf("WRITEBACK_ROLE_ARN: %v", err)
+	}
+	return c, p.err()
 }

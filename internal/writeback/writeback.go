@@ -336,10 +336,11 @@ func contains(have, want map[string]string) bool {
 	return true
 }
 
-// EmitBacklog reads the backlog and writes its gauges (only when read: a
+// EmitBacklog reads the backlog (from the database, DBStore, or through the
+// store function, RemoteStore) and writes its gauges (only when read: a
 // missing gauge alarms, a made-up zero would not).
-func EmitBacklog(ctx context.Context, db DB, em *metrics.Emitter) (Backlog, error) {
-	b, err := ReadBacklog(ctx, db, nil)
+func EmitBacklog(ctx context.Context, r BacklogReader, em *metrics.Emitter) (Backlog, error) {
+	b, err := r.Backlog(ctx)
 	if err != nil {
 		return b, err
 	}
