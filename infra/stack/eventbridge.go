@@ -103,7 +103,7 @@ func (b *builder) eventBridge() {
 		callsAWS: true,
 	})
 	b.functions["ingest"] = fn
-	b.wakesTheWorker(fn) // its receipts start a worker run as the webhook's do
+	b.wakesTheWorker(fn)           // its receipts start a worker run as the webhook's do
 	queue.GrantConsumeMessages(fn) // ReceiveMessage, DeleteMessage, ChangeMessageVisibility, GetQueueAttributes/Url
 	dlq.GrantSendMessages(fn)      // a refusal, with its reason
 	b.userSecrets["ingest"].GrantRead(b.functions["migrate"], nil)
