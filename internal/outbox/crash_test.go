@@ -113,14 +113,24 @@ func TestRelayKilledBetweenPutEventsAndTheMarkLosesNothing(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 
-	// Load: rows keep arriving until the kills are done.
+	// Load: rows keep arriving until the kills are done. The supply follows
+	// the relays, not a fixed count: whenever fewer than backlog rows wait,
+	// five more arrive. So there is always work for a child to take, however
+	// fast the server publishes and however slowly a child starts (a fixed
+	// cap of rows ran out before the 25th kill on a fast server, and the
+	// child then waited forever for a row), and the table stays small.
+	const backlog = 40
 	var inserted []int64
 	var insertWG sync.WaitGroup
 	insertWG.Add(1)
 	go func() {
 		defer insertWG.Done()
-		for killed.Load() < kills && len(inserted) < 3000 {
-			inserted = append(inserted, b.insert(t, 5, 200)...)
+		for killed.Load() < kills {
+			if b.db.Count(t, "outbox", "published_at IS NULL") < backlog {
+				inserted = append(inserted, b.insert(t, 5, 200)...)
+				continue
+			}
+			time.Sleep(2 * time.Millisecond) // a poll of the backlog's state, not a wait for time to pass
 		}
 	}()
 
