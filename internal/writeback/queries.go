@@ -12,7 +12,11 @@ package writeback
 // call, so a sender that dies during the call has used the attempt and the
 // intent's first attempt is known. Returns whether the first attempt was
 // made longer ago than the key lifetime (read back first), and whether a
-// newer intent of the same kind and target has been recorded (superseded).
+// newer intent of the same kind and target exists that is still to be sent
+// (pending, claimed in this batch or not) or was sent (done, not itself
+// superseded): either way sending this one would put the older value back
+// after, or over, the newer one (superseded). A parked newer intent does not
+// supersede: it may never be sent. The sender applies a batch in id order.
 const claimIntents = `
 WITH due AS (
     SELECT id, first_attempt_at AS prev_first FROM writeback_intents
@@ -36,7 +40,7 @@ RETURNING w.id, w.kind, w.target, w.params::text,
           coalesce(due.prev_first < coalesce($1::timestamptz, now()) - make_interval(secs => $5), false),
           EXISTS (SELECT 1 FROM writeback_intents n
                    WHERE n.kind = w.kind AND n.target = w.target AND n.id > w.id
-                     AND n.status = 'done' AND n.result_via <> 'superseded')`
+                     AND (n.status = 'pending' OR (n.status = 'done' AND n.result_via <> 'superseded')))`
 
 // recordDone: $1 id, $2 token, $3 now, $4 result id, $5 result (jsonb),
 // $6 via. Records the result while the intent carries the claim's token:

@@ -22,7 +22,8 @@ type Intent struct {
 	// ReadBackFirst: the first attempt was made longer ago than the key
 	// lifetime, so Stripe may have forgotten the key.
 	ReadBackFirst bool `json:"read_back_first"`
-	// Superseded: a newer intent of the same kind and target is recorded.
+	// Superseded: a newer intent of the same kind and target is pending
+	// (in this batch or not) or done: sending this one would undo it.
 	Superseded bool `json:"superseded"`
 }
 

@@ -35,11 +35,13 @@
 // metadata already holds the values) and records that (result_via
 // read_back); only when the effect is not there does it send, which is then
 // correct whether or not Stripe still knows the key. And an intent for which
-// a newer intent of the same kind and target is recorded is recorded as
-// superseded without a call: sending it would put the older value back.
+// a newer intent of the same kind and target is pending or done (not parked,
+// not itself superseded) is recorded as superseded without a call: sending
+// it would put the older value back. A batch is applied in id order.
 package writeback
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +50,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -185,6 +188,8 @@ func (s *Sender) Run(ctx context.Context) (Summary, error) {
 			return sum, err
 		}
 		sum.Claimed += len(intents)
+		// In id order: the order the bookings were recorded in.
+		slices.SortFunc(intents, func(a, b Intent) int { return cmp.Compare(a.ID, b.ID) })
 		stop := false
 		for _, in := range intents {
 			var o Outcome

@@ -386,3 +386,31 @@ func TestRetryAfterAmbiguousFailuresKeepsTheKey(t *testing.T) {
 	}
 	require.Equal(t, 1, b.stripe.AppliedTotal())
 }
+
+// An older intent that failed once (due later) and a newer intent for the
+// same customer, both due in one batch with the newer one first by
+// available_at: the older one is superseded by the newer pending one, and
+// the customer ends with the newer invoice.
+func TestOlderIntentInTheSameBatchSupersededByANewerPendingOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_old", "cus_1")
+	b.pay(t, "in_new", "cus_1")
+	ctx := context.Background()
+	// in_old failed once: due after in_new (a 5xx's backoff).
+	_, err := b.db.Pool.Exec(ctx, `UPDATE writeback_intents SET attempts = 1, first_attempt_at = now() - interval '1 minute',
+	        available_at = now() - interval '1 minute', last_error = '503' WHERE idempotency_key = $1`, handlers.CustomerMetadataKey("in_old"))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, "UPDATE writeback_intents SET available_at = now() - interval '2 minutes' WHERE idempotency_key = $1",
+		handlers.CustomerMetadataKey("in_new"))
+	require.NoError(t, err)
+	s := b.sender(t, testConfig())
+	sum := b.run(t, s)
+	require.Equal(t, 2, sum.Claimed)
+	require.Equal(t, 1, sum.Superseded)
+	require.Equal(t, 1, sum.Calls)
+	status, via, _ := b.intent(t, "in_old")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaSuperseded, via)
+	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_new"}, b.stripe.Metadata("cus_1"))
+}
