@@ -41,7 +41,8 @@ const Key = "sk_test_stand_in"
 type Fault struct {
 	// Method, "" for any.
 	Method string
-	// Status answered instead of executing (429, 500, 503, 400...). With
+	// Status answered instead of executing (429, 409 idempotency_key_in_use,
+	// 500, 503, 400...). With
 	// ApplyThenFail: the status answered after executing (0: close the
 	// connection with nothing written).
 	Status int
@@ -184,6 +185,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if fault.Status == http.StatusTooManyRequests {
 			w.Header().Set("Stripe-Rate-Limited-Reason", "global-rate")
 			writeError(w, fault.Status, "invalid_request_error", "rate_limit", "Too many requests hit the API too quickly.")
+			return
+		}
+		if fault.Status == http.StatusConflict {
+			// A concurrent request with the key is running: nothing saved
+			// under it ("If incoming parameters fail validation, or the
+			// request conflicts with another request that's executing
+			// concurrently, we don't save the idempotent result",
+			// https://docs.stripe.com/api/idempotent_requests).
+			writeError(w, fault.Status, "invalid_request_error", "idempotency_key_in_use",
+				"There is currently another in-progress request using this Idempotent Key. Please try again later.")
 			return
 		}
 		writeError(w, fault.Status, "api_error", "", "scripted failure")

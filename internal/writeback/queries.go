@@ -64,11 +64,12 @@ UPDATE writeback_intents
        leased_until = NULL, claim_token = NULL, last_error = $5
  WHERE id = $1 AND claim_token = $2::uuid AND status = 'pending'`
 
-// recordParked: $1 id, $2 token, $3 error. Stripe refused the call in a
-// way retrying cannot fix: it waits for a human.
+// recordParked: $1 id, $2 token, $3 error, $4 refused (false: an earlier
+// request with the key ran, Stripe answered idempotency_error). Retrying
+// cannot fix it: it waits for a human.
 const recordParked = `
 UPDATE writeback_intents
-   SET status = 'parked', refused = true, leased_until = NULL, claim_token = NULL, last_error = $3
+   SET status = 'parked', refused = $4::boolean, leased_until = NULL, claim_token = NULL, last_error = $3
  WHERE id = $1 AND claim_token = $2::uuid AND status = 'pending'`
 
 // backlog: $1 now. Pending intents, the age of the oldest (since it was

@@ -52,6 +52,11 @@ type Outcome struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Delay    time.Duration   `json:"delay,omitempty"`
+	// MayHaveRun (Park): an earlier request with the key ran (Stripe
+	// answered idempotency_error), so the intent is parked as not refused
+	// and an operator's retry keeps the key. False: Stripe refused the call
+	// and changed nothing.
+	MayHaveRun bool `json:"may_have_run,omitempty"`
 }
 
 // The ways a result is found (writeback_intents.result_via).
@@ -138,7 +143,7 @@ func (s DBStore) Record(ctx context.Context, token string, maxAttempts int, outc
 		case Retry, Release:
 			tag, err = s.DB.Exec(ctx, recordRetry, o.ID, token, s.now(), o.Delay.Seconds(), o.Error, maxAttempts, o.Kind == Retry)
 		case Park:
-			tag, err = s.DB.Exec(ctx, recordParked, o.ID, token, o.Error)
+			tag, err = s.DB.Exec(ctx, recordParked, o.ID, token, o.Error, !o.MayHaveRun)
 		default:
 			return n, fmt.Errorf("write-back intent %d: unknown outcome %q", o.ID, o.Kind)
 		}

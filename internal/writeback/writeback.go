@@ -24,9 +24,13 @@
 //     (as the reconciler, internal/reconcile.Client, backs off).
 //   - 401, 403: the key is wrong; given back uncounted and the run stops (a
 //     configuration problem parks nothing).
-//   - any other 4xx (the customer does not exist, a parameter refused, the
-//     key reused with other parameters): retrying cannot fix it; parked for
-//     a human (inboxctl writebacks, writeback-retry).
+//   - 400 idempotency_error (the key reused with other parameters: an
+//     earlier request with the key ran): parked as not refused, so an
+//     operator's retry keeps the key.
+//   - any other 4xx (the customer does not exist, a parameter refused):
+//     retrying cannot fix it, Stripe changed nothing; parked as refused for
+//     a human (inboxctl writebacks, writeback-retry: a retry sends under the
+//     key's next generation).
 //
 // The key's lifetime: Stripe may remove a key once it is at least 24 hours
 // old, and a request with a removed key runs as a new request (same page).
@@ -56,6 +60,8 @@ import (
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/metrics"
+
+	stripe "github.com/stripe/stripe-go/v82"
 )
 
 // Defaults.
@@ -298,7 +304,10 @@ func (s *Sender) failed(ctx context.Context, in Intent, what string, err error, 
 		// it back uncounted; the next run sends it with the same key.
 		return Outcome{ID: in.ID, Kind: Release, Error: "run ended during the call: " + msg}
 	}
-	var ce *CallError
+	var (
+		ce *CallError
+		se *stripe.Error
+	)
 	status := 0
 	var retryAfter time.Duration
 	if errors.As(err, &ce) {
@@ -316,6 +325,17 @@ func (s *Sender) failed(ctx context.Context, in Intent, what string, err error, 
 		sum.KeyRefused = true
 		s.logger.ErrorContext(ctx, "Stripe refused the write-back API key; store a key with Customers: Write", "status", status)
 		return Outcome{ID: in.ID, Kind: Release, Error: "key refused: " + msg, Delay: s.backoff(1)}
+	case status == http.StatusBadRequest && errors.As(err, &se) && se.Type == stripe.ErrorTypeIdempotency:
+		// The key was used before with other parameters: that earlier
+		// request ran (Stripe compares parameters only for a key it saved a
+		// result under), so Stripe may have changed something. Not a
+		// refusal: parked with the key kept, for a human to look
+		// (https://docs.stripe.com/api/idempotent_requests: "The
+		// idempotency layer compares incoming parameters to those of the
+		// original request and errors if they're not the same").
+		s.throttled = 0
+		return Outcome{ID: in.ID, Kind: Park, MayHaveRun: true,
+			Error: "idempotency_error (the key was used before with other parameters; that request ran, check the target): " + msg}
 	case status == 0, status >= 500, status == http.StatusConflict:
 		s.throttled = 0
 		return Outcome{ID: in.ID, Kind: Retry, Error: msg, Delay: s.backoff(in.Attempts)}

@@ -414,3 +414,51 @@ func TestOlderIntentInTheSameBatchSupersededByANewerPendingOne(t *testing.T) {
 	require.Equal(t, writeback.ViaSuperseded, via)
 	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_new"}, b.stripe.Metadata("cus_1"))
 }
+
+// A 400 idempotency_error (the key was used before with other parameters:
+// that earlier request ran, and may have changed the customer) parks the
+// intent as not refused: an operator's retry keeps the key, it does not
+// send under a new one as if Stripe had changed nothing.
+func TestIdempotencyErrorParksNotRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: b.stripe.URL})
+	require.NoError(t, err)
+	_, err = api.UpdateCustomerMetadata(context.Background(), "cus_1", map[string]string{"other": "x"}, handlers.CustomerMetadataKey("in_1"))
+	require.NoError(t, err)
+	s := b.sender(t, testConfig())
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Parked)
+	var refused bool
+	var lastError string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT refused, last_error FROM writeback_intents").Scan(&refused, &lastError))
+	require.False(t, refused, "an idempotency_error means an earlier request with the key ran")
+	require.Contains(t, lastError, "idempotency_error")
+	ok, err := writeback.RetryParked(context.Background(), b.db.Pool, b.intentID(t, "in_1"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "key_generation = 0"), "the retry keeps the key")
+}
+
+// A 409 (idempotency_key_in_use: a concurrent request with the key is
+// running) is ambiguous: retried with the same key, applied once.
+func TestConflict409RetriedWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: http.StatusConflict})
+	s := b.sender(t, testConfig())
+	require.Equal(t, 1, b.run(t, s).Retried)
+	b.runUntilSettled(t, s)
+	status, via, attempts := b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaCall, via)
+	require.Equal(t, 2, attempts)
+	ps := posts(b.stripe.Requests())
+	require.Len(t, ps, 2)
+	for _, p := range ps {
+		require.Equal(t, handlers.CustomerMetadataKey("in_1"), p.IdempotencyKey)
+	}
+	require.Equal(t, 1, b.stripe.AppliedTotal())
+}
