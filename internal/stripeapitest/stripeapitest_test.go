@@ -62,3 +62,32 @@ func TestIdempotencySemantics(t *testing.T) {
 	require.True(t, errors.As(err, &ce))
 	require.Equal(t, http.StatusUnauthorized, ce.Status)
 }
+
+// A request that was executed and then failed with a 500 saved the 500
+// under its key: a retry with the key gets the 500 again, replayed, and
+// runs nothing ("Subsequent requests with the same key return the same
+// result, including 500 errors",
+// https://docs.stripe.com/api/idempotent_requests).
+func TestExecutedThen500ReplaysThe500(t *testing.T) {
+	t.Parallel()
+	s := stripeapitest.New("cus_1")
+	t.Cleanup(s.Close)
+	c, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: s.URL})
+	require.NoError(t, err)
+	ctx := context.Background()
+	s.Fail(stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true, Status: 500})
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_1", map[string]string{"k": "v1"}, "key-1")
+	var ce *writeback.CallError
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 500, ce.Status)
+	require.False(t, ce.Replayed)
+	require.Equal(t, "v1", s.Metadata("cus_1")["k"], "executed")
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_1", map[string]string{"k": "v1"}, "key-1")
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 500, ce.Status)
+	require.True(t, ce.Replayed, "Idempotent-Replayed: true")
+	require.Equal(t, 1, s.Applied("key-1"))
+	cu, err := c.GetCustomer(ctx, "cus_1")
+	require.NoError(t, err)
+	require.NotEmpty(t, cu.RequestID)
+}

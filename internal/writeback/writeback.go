@@ -270,15 +270,8 @@ func (s *Sender) send(ctx context.Context, in Intent, sum *Summary) Outcome {
 			return Outcome{ID: in.ID, Kind: Park, Error: fmt.Sprintf("params %s: not {\"metadata\": {...}}", in.Params)}
 		}
 		if in.ReadBackFirst {
-			sum.ReadBacks++
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-			cu, err := s.api.GetCustomer(cctx, in.Target)
-			cancel()
-			if err != nil {
-				return s.failed(ctx, in, "reading back GET /v1/customers/"+in.Target, err, sum)
-			}
-			if contains(cu.Metadata, p.Metadata) {
-				return Outcome{ID: in.ID, Kind: Done, Via: ViaReadBack, ResultID: cu.ID, Result: cu.Raw}
+			if o, found := s.readBack(ctx, in, p.Metadata, sum); found || o.Kind != "" {
+				return o
 			}
 			// Not in effect: sending is right whether Stripe still knows
 			// the key (it replays a failure, handled below) or not.
@@ -288,12 +281,71 @@ func (s *Sender) send(ctx context.Context, in Intent, sum *Summary) Outcome {
 		cu, err := s.api.UpdateCustomerMetadata(cctx, in.Target, p.Metadata, in.Key)
 		cancel()
 		if err != nil {
+			var ce *CallError
+			if errors.As(err, &ce) && ce.Replayed && ce.Status >= 500 && ctx.Err() == nil {
+				// Stripe saved this 5xx under the key (the first request
+				// with it began to run, then failed) and replays it for as
+				// long as it keeps the key ("Subsequent requests with the
+				// same key return the same result, including 500 errors",
+				// https://docs.stripe.com/api/idempotent_requests):
+				// retrying with the key cannot get another answer. Read the
+				// effect back now instead.
+				o, found := s.readBack(ctx, in, p.Metadata, sum)
+				if found || o.Kind != "" {
+					return o
+				}
+				// Not in effect: the run changed nothing that stayed, and
+				// setting the metadata under a new key cannot apply twice
+				// what is not there. Parked as refused: an operator's retry
+				// sends under the key's next generation.
+				s.throttled = 0
+				return Outcome{ID: in.ID, Kind: Park, Error: fmt.Sprintf(
+					"POST /v1/customers/%s: Stripe replays a saved %d for this key (Idempotent-Replayed) and the read-back shows the metadata not in effect; a retry sends under the next key generation: %v",
+					in.Target, ce.Status, err)}
+			}
 			return s.failed(ctx, in, "POST /v1/customers/"+in.Target, err, sum)
 		}
-		return Outcome{ID: in.ID, Kind: Done, Via: ViaCall, ResultID: cu.ID, Result: cu.Raw}
+		s.throttled = 0
+		return Outcome{ID: in.ID, Kind: Done, Via: ViaCall, ResultID: cu.ID, Result: effect(cu, p.Metadata)}
 	default:
 		return Outcome{ID: in.ID, Kind: Park, Error: fmt.Sprintf("kind %q: this release does not know it", in.Kind)}
 	}
+}
+
+// readBack reads the customer (GET) and reports whether want is in effect:
+// then o records it (result_via read_back). When the read failed, o says
+// what to record instead; when it is not in effect, o is empty.
+func (s *Sender) readBack(ctx context.Context, in Intent, want map[string]string, sum *Summary) (o Outcome, found bool) {
+	sum.ReadBacks++
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	cu, err := s.api.GetCustomer(cctx, in.Target)
+	cancel()
+	if err != nil {
+		return s.failed(ctx, in, "reading back GET /v1/customers/"+in.Target, err, sum), false
+	}
+	s.throttled = 0
+	if contains(cu.Metadata, want) {
+		return Outcome{ID: in.ID, Kind: Done, Via: ViaReadBack, ResultID: cu.ID, Result: effect(cu, want)}, true
+	}
+	return Outcome{}, false
+}
+
+// effect is what an intent's result keeps: what identifies the effect (the
+// customer's id, the metadata keys the intent set with the values Stripe
+// answered, Stripe's request id, whether the answer was a replay), not the
+// customer (email, name, address: personal data).
+func effect(cu Customer, set map[string]string) json.RawMessage {
+	md := make(map[string]string, len(set))
+	for k := range set {
+		md[k] = cu.Metadata[k]
+	}
+	b, _ := json.Marshal(struct {
+		ID        string            `json:"id"`
+		Metadata  map[string]string `json:"metadata"`
+		RequestID string            `json:"request_id,omitempty"`
+		Replayed  bool              `json:"replayed"`
+	}{cu.ID, md, cu.RequestID, cu.Replayed})
+	return b
 }
 
 // failed classifies a failed call.

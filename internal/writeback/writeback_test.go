@@ -118,30 +118,43 @@ func TestTwoEventObjectsOneIntentOneCall(t *testing.T) {
 	status, via, _ := b.intent(t, "in_1")
 	require.Equal(t, "done", status)
 	require.Equal(t, writeback.ViaCall, via)
-	var resultID, object string
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT result_id, result->>'object' FROM writeback_intents").Scan(&resultID, &object))
+	var resultID string
+	var result map[string]any
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT result_id, result FROM writeback_intents").Scan(&resultID, &result))
 	require.Equal(t, "cus_1", resultID)
-	require.Equal(t, "customer", object)
+	require.NotEmpty(t, result["request_id"])
+	delete(result, "request_id")
+	require.Equal(t, map[string]any{"id": "cus_1", "metadata": map[string]any{handlers.LastPaidInvoiceKey: "in_1"}, "replayed": false}, result,
+		"what identifies the effect, not the customer (email, name, address)")
 	before := len(b.stripe.Requests())
 	b.run(t, s)
 	require.Len(t, b.stripe.Requests(), before, "a recorded intent is never called again")
 }
 
-// An ambiguous failure (the request ran, the answer was lost: a reset or a
-// 500; or a 500 before it ran) is retried with the same key, and the
-// stand-in applies it once.
+// An ambiguous failure (the request ran, the answer was lost: a reset; or
+// a 503 before it ran) is retried with the same key, and the stand-in
+// applies it once. A request that ran and then failed with a 500 saved the
+// 500 under the key, and Stripe replays it (Idempotent-Replayed: true): the
+// sender reads the effect back at once and records it, instead of
+// retrying a key that can only answer the 500 again.
 func TestAmbiguousFailureRetriedWithTheSameKeyAppliedOnce(t *testing.T) {
 	t.Parallel()
-	for name, fault := range map[string]stripeapitest.Fault{
-		"ran, then the connection was reset": {Method: http.MethodPost, ApplyThenFail: true},
-		"ran, then a 500":                    {Method: http.MethodPost, ApplyThenFail: true, Status: 500},
-		"a 503 before it ran":                {Method: http.MethodPost, Status: 503},
+	for name, tc := range map[string]struct {
+		fault     stripeapitest.Fault
+		via       string
+		attempts  int
+		readBacks int
+	}{
+		"ran, then the connection was reset": {stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true}, writeback.ViaCall, 3, 0},
+		"ran, then a 500 (saved and replayed)": {stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true, Status: 500},
+			writeback.ViaReadBack, 2, 1},
+		"a 503 before it ran": {stripeapitest.Fault{Method: http.MethodPost, Status: 503}, writeback.ViaCall, 3, 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, "cus_1")
 			b.pay(t, "in_1", "cus_1")
-			b.stripe.Fail(fault, fault)
+			b.stripe.Fail(tc.fault, tc.fault)
 			s := b.sender(t, testConfig())
 			sum := b.run(t, s)
 			require.Equal(t, 1, sum.Retried)
@@ -151,18 +164,49 @@ func TestAmbiguousFailureRetriedWithTheSameKeyAppliedOnce(t *testing.T) {
 			b.runUntilSettled(t, s)
 			status, via, attempts := b.intent(t, "in_1")
 			require.Equal(t, "done", status)
-			require.Equal(t, writeback.ViaCall, via)
-			require.Equal(t, 3, attempts)
+			require.Equal(t, tc.via, via)
+			require.Equal(t, tc.attempts, attempts)
 			key := handlers.CustomerMetadataKey("in_1")
-			ps := posts(b.stripe.Requests())
-			require.Len(t, ps, 3)
+			rs := b.stripe.Requests()
+			ps := posts(rs)
+			require.Len(t, ps, tc.attempts)
 			for _, p := range ps {
 				require.Equal(t, key, p.IdempotencyKey, "every attempt carries the intent's key")
 			}
+			require.Len(t, rs, tc.attempts+tc.readBacks)
 			require.Equal(t, 1, b.stripe.Applied(key), "applied once")
 			require.Equal(t, 1, b.stripe.AppliedTotal())
+			require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_1"}, b.stripe.Metadata("cus_1"))
 		})
 	}
+}
+
+// A replayed 500 whose effect is not there (the metadata was changed since
+// the request ran) parks the intent as refused: retrying with the key can
+// only replay the 500; an operator's retry sends under the key's next
+// generation.
+func TestReplayed500NotInEffectParksForANewKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true, Status: 500})
+	s := b.sender(t, testConfig())
+	require.Equal(t, 1, b.run(t, s).Retried)
+	b.stripe.AddCustomer("cus_1", nil) // someone cleared the metadata since
+	b.runUntilSettled(t, s)
+	status, _, attempts := b.intent(t, "in_1")
+	require.Equal(t, "parked", status)
+	require.Equal(t, 2, attempts, "parked at once, not after MaxAttempts")
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "refused AND last_error LIKE '%replays a saved 500%'"))
+	ok, err := writeback.RetryParked(context.Background(), b.db.Pool, b.intentID(t, "in_1"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	b.runUntilSettled(t, s)
+	status, via, _ := b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaCall, via)
+	require.Equal(t, 1, b.stripe.Applied(handlers.CustomerMetadataKey("in_1")+":retry1"))
+	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_1"}, b.stripe.Metadata("cus_1"))
 }
 
 // Once the stand-in has forgotten every key (Stripe may, after 24 hours),
