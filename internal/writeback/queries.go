@@ -109,3 +109,23 @@ SELECT id, kind, target, idempotency_key, event_id, status, attempts, coalesce(l
        first_attempt_at, last_attempt_at, params::text, coalesce(result_id, ''), coalesce(result::text, ''),
        coalesce(result_via, ''), done_at, available_at, leased_until
   FROM writeback_intents WHERE id = $1`
+
+// purgeDone: $1 cutoff, $2 limit. Deletes up to $2 done intents
+// (superseded ones included) recorded done strictly before $1: the purge's
+// batch (internal/retention), with the receipts' retention as the cutoff.
+// A done intent is never read again by the sender, and deleting it cannot
+// let a second intent be recorded for the same payment: the handler
+// records an intent only in the statement that books the payment's ledger
+// entry, and the ledger entry (never purged) is what stops a redelivery
+// from booking, so from recording, again. Pending and parked intents are
+// never deleted. No index on done_at: the batch reads the table, which the
+// purge keeps to the retention's worth of intents; no row lock is taken
+// first, since nothing updates a done intent, and the DELETE re-states the
+// condition.
+const purgeDone = `
+DELETE FROM writeback_intents
+ WHERE id = ANY (ARRAY(SELECT id FROM writeback_intents
+                        WHERE status = 'done' AND done_at < $1
+                        ORDER BY id
+                        LIMIT $2))
+   AND status = 'done' AND done_at < $1`

@@ -195,3 +195,15 @@ func RetryParked(ctx context.Context, db DB, id int64) (bool, error) {
 	}
 	return len(ids) == 1, nil
 }
+
+// PurgeDone deletes up to limit done intents recorded done strictly before
+// cutoff (internal/retention's batch; see purgeDone) and returns how many.
+func PurgeDone(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, cutoff time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, purgeDone, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting done write-back intents: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
