@@ -80,6 +80,14 @@ const (
 )
 
 // Config is the sender's configuration.
+//
+// The lease bounds a batch: an intent is sent only while at least
+// 2 × CallTimeout (its worst case: a read-back and the call) of its claim's
+// lease remains, measured on the sender's clock from before the claim; the
+// intents of a batch that no longer fit are given back uncounted and
+// claimed again with a fresh lease. So a batch's worst case,
+// ClaimLimit × 2 × CallTimeout (400 s with the defaults), may exceed the
+// lease (2 minutes): Validate requires only that one intent fits.
 type Config struct {
 	ClaimLimit  int
 	Lease       time.Duration
@@ -120,8 +128,8 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports a setting that cannot work.
 func (c Config) Validate() error {
-	if c.Lease <= c.CallTimeout {
-		return fmt.Errorf("write-back lease %s must be longer than the call timeout %s: an intent must stay claimed while its call runs", c.Lease, c.CallTimeout)
+	if c.Lease < 2*c.CallTimeout {
+		return fmt.Errorf("write-back lease %s must be at least twice the call timeout %s: an intent must stay claimed while its calls (a read-back and the call) run", c.Lease, c.CallTimeout)
 	}
 	if c.BackoffCap < c.BackoffBase {
 		return fmt.Errorf("write-back backoff cap %s is below the base %s", c.BackoffCap, c.BackoffBase)
@@ -170,6 +178,7 @@ type Summary struct {
 	Parked     int  `json:"parked"`      // waiting for a human
 	Fenced     int  `json:"fenced"`      // outcomes another claim owned by then
 	Superseded int  `json:"superseded"`  // recorded without a call
+	LeaseShort int  `json:"lease_short"` // given back unsent: too little of the lease left
 	Paused     bool `json:"paused"`      // the run found the sender pausing after a 429
 	KeyRefused bool `json:"key_refused"` // Stripe refused the API key
 }
@@ -186,6 +195,9 @@ func (s *Sender) Run(ctx context.Context) (Summary, error) {
 		return sum, nil
 	}
 	for ctx.Err() == nil {
+		// The lease's end on the sender's clock, from before the claim: no
+		// later than the database's, but for clock skew.
+		leaseEnd := s.Clock().Add(s.cfg.Lease)
 		token, intents, err := s.store.Claim(ctx, s.cfg.ClaimLimit, s.cfg.Lease, s.cfg.KeyLifetime)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -200,7 +212,16 @@ func (s *Sender) Run(ctx context.Context) (Summary, error) {
 		for _, in := range intents {
 			var o Outcome
 			if stop {
-				o = Outcome{ID: in.ID, Kind: Release, Error: "not sent: the run stopped (throttled, key refused or out of time)"}
+				// Due when the sender's pause ends (after a 429), not at
+				// once: another sender would only be throttled too.
+				o = Outcome{ID: in.ID, Kind: Release, Error: "not sent: the run stopped (throttled, key refused or out of time)",
+					Delay: max(s.pausedUntil.Sub(s.Clock()), 0)}
+			} else if s.Clock().Add(2 * s.cfg.CallTimeout).After(leaseEnd) {
+				// Too little of the lease is left for the calls: another
+				// sender could claim the intent while its call runs. Given
+				// back uncounted; the next claim has a fresh lease.
+				sum.LeaseShort++
+				o = Outcome{ID: in.ID, Kind: Release, Error: "not sent: less than twice the call timeout was left of the lease"}
 			} else {
 				o = s.send(ctx, in, &sum)
 				stop = o.Kind == Release

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -505,4 +507,88 @@ func TestConflict409RetriedWithTheSameKey(t *testing.T) {
 		require.Equal(t, handlers.CustomerMetadataKey("in_1"), p.IdempotencyKey)
 	}
 	require.Equal(t, 1, b.stripe.AppliedTotal())
+}
+
+// testClock is a sender clock a test moves.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// An intent is sent only while at least twice the call timeout of its
+// claim's lease is left: when the first call of a batch took the lease's
+// time, the second intent is given back uncounted, not sent while another
+// sender may claim it; the next run sends it under a fresh lease.
+func TestNotSentWhenTooLittleOfTheLeaseIsLeft(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1", "cus_2")
+	b.pay(t, "in_1", "cus_1")
+	b.pay(t, "in_2", "cus_2")
+	cfg := testConfig()
+	clock := &testClock{t: time.Now()}
+	// The first POST takes the lease's time (on the sender's clock).
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.stripe.ServeHTTP(w, r)
+		if r.Method == http.MethodPost && len(posts(b.stripe.Requests())) == 1 {
+			clock.Add(cfg.Lease)
+		}
+	}))
+	t.Cleanup(slow.Close)
+	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: slow.URL})
+	require.NoError(t, err)
+	s, err := writeback.New(writeback.DBStore{DB: b.db.Pool}, api, cfg, nil, nil)
+	require.NoError(t, err)
+	s.Clock = clock.Now
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Calls)
+	require.Equal(t, 1, sum.LeaseShort)
+	status, _, attempts := b.intent(t, "in_2")
+	require.Equal(t, "pending", status)
+	require.Equal(t, 0, attempts, "given back uncounted")
+	require.Len(t, posts(b.stripe.Requests()), 1)
+	sum = b.run(t, s)
+	require.Equal(t, 1, sum.Calls)
+	status, _, _ = b.intent(t, "in_2")
+	require.Equal(t, "done", status)
+}
+
+// After a 429, the intents left in the batch are due when the pause ends,
+// not at once; and a 2xx resets the 429 backoff: the next 429's pause is
+// the first step's again.
+func TestThrottledPauseDelaysTheBatchAndA2xxResetsTheBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1", "cus_2", "cus_3")
+	b.pay(t, "in_1", "cus_1")
+	b.pay(t, "in_2", "cus_2")
+	cfg := testConfig()
+	cfg.BackoffBase, cfg.BackoffCap = time.Hour, 8*time.Hour
+	s := b.sender(t, cfg)
+	s.Jitter = func() float64 { return 0 } // backoff(n) = base·2^(n−1) / 2
+	clock := &testClock{t: time.Now()}
+	s.Clock = clock.Now
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: 429})
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Throttled)
+	require.Equal(t, 2, b.db.Count(t, "writeback_intents", "status = 'pending' AND attempts = 0 AND available_at >= now() + interval '29 minutes'"),
+		"both due when the 30-minute pause ends")
+
+	clock.Add(time.Hour)
+	_, err := b.db.Pool.Exec(context.Background(), "UPDATE writeback_intents SET available_at = now()")
+	require.NoError(t, err)
+	sum = b.run(t, s)
+	require.Equal(t, 2, sum.Done)
+
+	b.pay(t, "in_3", "cus_3")
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: 429})
+	clock.Add(time.Hour)
+	require.Equal(t, 1, b.run(t, s).Throttled)
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "status = 'pending' AND available_at < now() + interval '45 minutes'"),
+		"a 2xx reset the backoff: 30 minutes again, not an hour")
 }
