@@ -4,6 +4,11 @@ package writeback
 // handlers' INSERT (internal/handlers payInvoice). $now is the caller's
 // clock when set (tests move time), the database's now() otherwise.
 
+// sentKey is the Idempotency-Key the sender sends for an intent: its key,
+// and after an operator's retry of a refusal, ':retry<generation>'.
+const sentKey = `idempotency_key || CASE WHEN key_generation > 0 THEN ':retry' || key_generation ELSE '' END`
+const sentKeyW = `w.idempotency_key || CASE WHEN w.key_generation > 0 THEN ':retry' || w.key_generation ELSE '' END`
+
 // claimIntents: $1 now, $2 limit, $3 lease (seconds), $4 the claim's token,
 // $5 the key lifetime (seconds). Takes up to $2 due pending intents (others
 // held locked are skipped), counts the attempt, stamps the first attempt,
@@ -35,8 +40,7 @@ UPDATE writeback_intents w
        claim_token      = $4::uuid
   FROM due
  WHERE w.id = due.id
-RETURNING w.id, w.kind, w.target, w.params::text,
-          w.idempotency_key || CASE WHEN w.key_generation > 0 THEN ':retry' || w.key_generation ELSE '' END, w.attempts,
+RETURNING w.id, w.kind, w.target, w.params::text, ` + sentKeyW + `, w.attempts,
           coalesce(due.prev_first < coalesce($1::timestamptz, now()) - make_interval(secs => $5), false),
           EXISTS (SELECT 1 FROM writeback_intents n
                    WHERE n.kind = w.kind AND n.target = w.target AND n.id > w.id
@@ -109,7 +113,8 @@ SELECT id, kind, target, idempotency_key, event_id, status, attempts, coalesce(l
 const showIntent = `
 SELECT id, kind, target, idempotency_key, event_id, status, attempts, coalesce(last_error, ''), created_at,
        first_attempt_at, last_attempt_at, params::text, coalesce(result_id, ''), coalesce(result::text, ''),
-       coalesce(result_via, ''), done_at, available_at, leased_until
+       coalesce(result_via, ''), done_at, available_at, leased_until, key_generation, refused,
+       ` + sentKey + `
   FROM writeback_intents WHERE id = $1`
 
 // purgeDone: $1 cutoff, $2 limit. Deletes up to $2 done intents
