@@ -28,6 +28,14 @@
 # outbox row of the run must end marked published (relay_unpublished=0) and
 # accepted by the stand-in at least once (relay_lost=0); duplicates, from
 # kills between PutEvents and the mark, are allowed and counted.
+# writeback_*: in workers and dbcrash the workers also run the sample
+# write-back (WRITEBACKS=customer_metadata) against a Stripe API stand-in
+# (scripts/stripeapistandin: Stripe's idempotency semantics, some 429s,
+# 5xx and requests run and then failed); every payment of the run must
+# have one intent, recorded as sent, and one request the stand-in ran
+# under its key (writeback_missing = writeback_unsent = writeback_doubled
+# = writeback_wrong = 0); replays of a key (writeback_replayed, from
+# retries and kills between the call and the record) are counted.
 #
 # Scenarios:
 #   workers   worker processes SIGKILLed at random moments during a drain and restarted
@@ -80,7 +88,9 @@ unset DATABASE_URL SIGNING_SECRET_ARNS DB_PROXY_HOST DB_PROXY_PORT DB_NAME DB_US
   LOCAL_COMPONENTS LISTEN_ADDR WEBHOOK_ENDPOINT WORKER_INTERVAL WORKER_TIMEOUT LOG_LEVEL \
   POLL_INTERVAL LISTEN NOTIFY \
   OUTBOX_BUS OUTBOX_SOURCE OUTBOX_MAX_ATTEMPTS OUTBOX_CLAIM_LIMIT OUTBOX_LEASE OUTBOX_CALL_TIMEOUT \
-  OUTBOX_BACKOFF_BASE OUTBOX_BACKOFF_CAP OUTBOX_EVERY AWS_ENDPOINT_URL_EVENTBRIDGE AWS_PROFILE
+  OUTBOX_BACKOFF_BASE OUTBOX_BACKOFF_CAP OUTBOX_EVERY AWS_ENDPOINT_URL_EVENTBRIDGE AWS_PROFILE \
+  WRITEBACKS STRIPE_API_KEY STRIPE_API_BASE WRITEBACK_INTERVAL WRITEBACK_CLAIM_LIMIT WRITEBACK_LEASE \
+  WRITEBACK_CALL_TIMEOUT WRITEBACK_MAX_ATTEMPTS WRITEBACK_BACKOFF_BASE WRITEBACK_BACKOFF_CAP
 
 if [ "$MODE" = short ]; then
   WORKERS_INVOICES=1500 WORKERS_KILLS=12 WORKERS_MIN_KILLS=8
@@ -132,6 +142,7 @@ cleanup() {
   trap - EXIT
   stop_all
   if [ -n "${EB_PID:-}" ]; then stop_pid "$EB_PID"; fi
+  if [ -n "${API_PID:-}" ]; then stop_pid "$API_PID"; fi
   toxiproxy_stop
   pg_stop_throwaway
   exit "$rc"
@@ -188,6 +199,7 @@ log "building cmd/local and scripts/stripesim into .tmp/chaos"
 go build -o "$OUT/local" ./cmd/local
 go build -o "$OUT/stripesim" ./scripts/stripesim
 go build -o "$OUT/ebstandin" ./scripts/ebstandin
+go build -o "$OUT/stripeapistandin" ./scripts/stripeapistandin
 
 # The EventBridge stand-in the workers' outbox relay publishes to (issue 17),
 # one for the whole run (stopped by cleanup, not by a scenario's stop_all);
@@ -204,6 +216,22 @@ for i in $(seq 1 600); do # a bound against a hang (60 s), not a speed requireme
   sleep 0.1
 done
 [ -n "$EB_URL" ] || die "the EventBridge stand-in did not start"
+
+# The Stripe API stand-in the workers' write-back sender calls (issue 28),
+# one for the whole run like the EventBridge one (the run's idempotency
+# keys carry its prefix). It answers about 3% of requests 429, 4% 500/503
+# without running them, and runs 6% and then fails the answer (a 500 or a
+# closed connection).
+"$OUT/stripeapistandin" >"$LOGS/stripeapistandin.log" 2>&1 &
+API_PID=$!
+API_URL=
+for i in $(seq 1 600); do # a bound against a hang (60 s), not a speed requirement
+  API_URL=$(sed -n 's|^listening on \(http://[^ ]*\).*$|\1|p' "$LOGS/stripeapistandin.log" 2>/dev/null | head -1)
+  [ -n "$API_URL" ] && break
+  kill -0 "$API_PID" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$API_URL" ] || die "the Stripe API stand-in did not start"
 
 SECRET="whsec_chaos_$RANDOM$RANDOM$RANDOM"
 export STRIPE_WEBHOOK_SECRET=$SECRET
@@ -231,6 +259,16 @@ WORKER_ENV=(
   AWS_ACCESS_KEY_ID=AKIDCHAOS AWS_SECRET_ACCESS_KEY=chaos-secret
   OUTBOX_CLAIM_LIMIT=20 OUTBOX_CALL_TIMEOUT=1s OUTBOX_LEASE=3s OUTBOX_MAX_ATTEMPTS=1000
   OUTBOX_BACKOFF_BASE=50ms OUTBOX_BACKOFF_CAP=1s OUTBOX_EVERY=200ms
+)
+# The sample write-back (WRITEBACKS_ENV, in workers and dbcrash) to the
+# Stripe API stand-in: the sender runs every 200ms in each worker; a short
+# lease (3s > the 1s call timeout) so that a killed worker's claimed
+# intents come back in seconds, a short backoff, and attempts enough that
+# faults and kills never park an intent.
+WRITEBACKS_ENV=(
+  WRITEBACKS=customer_metadata STRIPE_API_KEY=sk_test_stand_in STRIPE_API_BASE=$API_URL
+  WRITEBACK_INTERVAL=200ms WRITEBACK_CLAIM_LIMIT=5 WRITEBACK_LEASE=3s WRITEBACK_CALL_TIMEOUT=1s
+  WRITEBACK_MAX_ATTEMPTS=100 WRITEBACK_BACKOFF_BASE=50ms WRITEBACK_BACKOFF_CAP=1s
 )
 RESIDENT_ENV=(POLL_INTERVAL=100ms LISTEN=on WORKER_INTERVAL=1s WORKER_TIMEOUT=3500ms)
 
@@ -331,6 +369,7 @@ worker_mode() { # NAME: the extra settings of that worker
     worker3) ;;
     *) echo "${RESIDENT_ENV[@]}" ;;
   esac
+  echo "${WRITEBACKS_ENV[@]}"
 }
 scenario_workers() {
   local db=chaos_workers url rc=0 kills=0 n victim started
@@ -356,7 +395,8 @@ scenario_workers() {
     start_worker "$victim" "$SLOW_URL" WORKER_CONCURRENCY=1 DB_MAX_CONNS=2 $(worker_mode "$victim")
   done
   log "workers: $kills kills; backlog $(backlog "$url") when the killing stopped"
-  sim workers -phase check -state "$LOGS/workers.state" -db "$url" -faults "$kills" -drain-timeout 120s || rc=$?
+  sim workers -phase check -state "$LOGS/workers.state" -db "$url" -faults "$kills" -drain-timeout 120s \
+    -stripe-api "$API_URL" || rc=$?
   if [ "$kills" -lt "$WORKERS_MIN_KILLS" ]; then
     log "workers: only $kills kills before the backlog drained (at least $WORKERS_MIN_KILLS wanted)"
     rc=1
@@ -373,7 +413,7 @@ scenario_dbcrash() {
   new_db $db
   url=$(db_url $db)
   start_webhook webhook "$url" DB_MAX_CONNS=10
-  for n in 1 2; do start_worker "worker$n" "$url"; wait_worker_ready "worker$n"; done
+  for n in 1 2; do start_worker "worker$n" "$url" "${WRITEBACKS_ENV[@]}"; wait_worker_ready "worker$n"; done
   log "dbcrash: delivering $CRASH_INVOICES invoices' events at $CRASH_RATE/s; up to $CRASHES crashes"
   sim_bg dbcrash -phase send -state "$LOGS/dbcrash.state" -url "$WEBHOOK_URL" \
     -invoices "$CRASH_INVOICES" -rate "$CRASH_RATE" -concurrency 16
@@ -390,7 +430,8 @@ scenario_dbcrash() {
   wait "$SIM_PID" || rc=$?
   unset "PIDS[sim]"
   [ "$crashes" -ge 1 ] || log "dbcrash: WARNING: delivery ended before the first crash"
-  sim dbcrash -phase check -state "$LOGS/dbcrash.state" -db "$url" -faults "$crashes" -drain-timeout 120s || rc=$?
+  sim dbcrash -phase check -state "$LOGS/dbcrash.state" -db "$url" -faults "$crashes" -drain-timeout 120s \
+    -stripe-api "$API_URL" || rc=$?
   record dbcrash "$rc"
   stop_all
 }

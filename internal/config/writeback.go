@@ -24,7 +24,12 @@ type LocalWriteback struct {
 // loadLocalWriteback reads, when the worker runs with write-backs on,
 // STRIPE_API_KEY (required: a key with Customers: Write), STRIPE_API_BASE
 // (the API's base URL, default Stripe's; a stand-in's in tests) and
-// WRITEBACK_INTERVAL (default 2s: how often the sender runs).
+// WRITEBACK_INTERVAL (default 2s: how often the sender runs), and the
+// sender's WRITEBACK_CLAIM_LIMIT (10), WRITEBACK_LEASE (2m),
+// WRITEBACK_CALL_TIMEOUT (20s; below the lease), WRITEBACK_MAX_ATTEMPTS
+// (25), WRITEBACK_BACKOFF_BASE (10s) and WRITEBACK_BACKOFF_CAP (1h), as the
+// outbox relay's OUTBOX_* settings (the fault suite shortens them so that a
+// killed worker's claims come back in seconds).
 func (p *problems) loadLocalWriteback(env Env, l *Local) {
 	if !l.Runs("worker") || len(l.Worker.Handlers.Writebacks) == 0 {
 		return
@@ -40,9 +45,16 @@ func (p *problems) loadLocalWriteback(env Env, l *Local) {
 		p.addf("STRIPE_API_BASE=%q: must be an http(s) URL such as https://api.stripe.com or a stand-in's http://127.0.0.1:PORT", w.Client.BaseURL)
 	}
 	w.Interval = p.durationIn(env, "WRITEBACK_INTERVAL", 2*time.Second, 10*time.Millisecond, time.Hour)
-	w.Sender = writeback.Config{}.WithDefaults()
+	w.Sender = writeback.Config{
+		ClaimLimit:  p.intIn(env, "WRITEBACK_CLAIM_LIMIT", writeback.DefaultClaimLimit, 1, 100),
+		Lease:       p.durationIn(env, "WRITEBACK_LEASE", writeback.DefaultLease, time.Second, time.Hour),
+		CallTimeout: p.durationIn(env, "WRITEBACK_CALL_TIMEOUT", writeback.DefaultCallTimeout, 100*time.Millisecond, time.Minute),
+		MaxAttempts: p.intIn(env, "WRITEBACK_MAX_ATTEMPTS", writeback.DefaultMaxAttempts, 1, 100),
+		BackoffBase: p.durationIn(env, "WRITEBACK_BACKOFF_BASE", writeback.DefaultBackoffBase, 10*time.Millisecond, time.Hour),
+		BackoffCap:  p.durationIn(env, "WRITEBACK_BACKOFF_CAP", writeback.DefaultBackoffCap, 10*time.Millisecond, 24*time.Hour),
+	}.WithDefaults()
 	if err := w.Sender.Validate(); err != nil {
-		p.addf("%v", err)
+		p.addf("WRITEBACK_LEASE, WRITEBACK_CALL_TIMEOUT, WRITEBACK_BACKOFF_BASE, WRITEBACK_BACKOFF_CAP: %v", err)
 	}
 	l.Writeback = w
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -55,4 +56,44 @@ func TestLoadWritebackStore(t *testing.T) {
 	require.ErrorContains(t, err, "WRITEBACK_ROLE_ARN is not set")
 	_, err = LoadWritebackStore(MapEnv(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "WRITEBACK_ROLE_ARN": "arn:aws:iam::123456789012:user/bob"}))
 	require.ErrorContains(t, err, "WRITEBACK_ROLE_ARN: ")
+}
+
+// The local runner's sender: on with WRITEBACKS in a worker, its settings
+// read (the fault suite shortens them), mistakes reported at start.
+func TestLoadLocalWriteback(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{
+		"DATABASE_URL": "postgres://x@127.0.0.1/db", "LOCAL_COMPONENTS": "worker", "STRIPE_MODE": "test",
+		"WRITEBACKS": "customer_metadata", "STRIPE_API_KEY": "sk_test_x", "STRIPE_API_BASE": "http://127.0.0.1:12111",
+	}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	c, err := LoadLocal(MapEnv(base))
+	require.NoError(t, err)
+	require.True(t, c.Writeback.Enabled)
+	require.Equal(t, 2*time.Minute, c.Writeback.Sender.Lease)
+	require.Equal(t, 10*time.Second, c.Writeback.Sender.BackoffBase)
+
+	c, err = LoadLocal(MapEnv(with("WRITEBACK_CLAIM_LIMIT", "5", "WRITEBACK_LEASE", "3s", "WRITEBACK_CALL_TIMEOUT", "1s",
+		"WRITEBACK_MAX_ATTEMPTS", "100", "WRITEBACK_BACKOFF_BASE", "50ms", "WRITEBACK_BACKOFF_CAP", "1s")))
+	require.NoError(t, err)
+	require.Equal(t, 5, c.Writeback.Sender.ClaimLimit)
+	require.Equal(t, 3*time.Second, c.Writeback.Sender.Lease)
+	require.Equal(t, time.Second, c.Writeback.Sender.CallTimeout)
+	require.Equal(t, 100, c.Writeback.Sender.MaxAttempts)
+	require.Equal(t, 50*time.Millisecond, c.Writeback.Sender.BackoffBase)
+	require.Equal(t, time.Second, c.Writeback.Sender.BackoffCap)
+
+	_, err = LoadLocal(MapEnv(with("WRITEBACK_LEASE", "2s", "WRITEBACK_CALL_TIMEOUT", "5s")))
+	require.ErrorContains(t, err, "WRITEBACK_LEASE, WRITEBACK_CALL_TIMEOUT")
+	_, err = LoadLocal(MapEnv(with("WRITEBACK_MAX_ATTEMPTS", "0")))
+	require.ErrorContains(t, err, "WRITEBACK_MAX_ATTEMPTS")
 }

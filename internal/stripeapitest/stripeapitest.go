@@ -24,6 +24,11 @@
 // Applied counts executions, never replays: a write-back done exactly once
 // has Applied 1, however many requests carried its key.
 //
+// For a process that plays Stripe for many runs (scripts/stripeapistandin,
+// the fault suite's), AnyCustomer makes every customer id exist, and
+// FailWith draws a misbehaviour for each request no scripted Fault is
+// queued for.
+//
 // It is reached with stripe-go through its backend URL setting
 // (stripe.BackendConfig.URL), as the real API is.
 package stripeapitest
@@ -80,6 +85,8 @@ type Server struct {
 	customers map[string]map[string]string // id -> metadata
 	keys      map[string]saved
 	faults    []Fault
+	faultFunc func(method string) (Fault, bool)
+	anyCust   bool
 	requests  []Request
 	applied   map[string]int // idempotency key -> executions
 }
@@ -118,6 +125,23 @@ func (s *Server) Metadata(id string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// AnyCustomer makes every customer id exist: one the server has not seen
+// exists with no metadata.
+func (s *Server) AnyCustomer() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.anyCust = true
+}
+
+// FailWith sets f to draw a fault for each request no scripted Fault (Fail)
+// matches; f returns false for a request served normally. It runs under the
+// server's lock: it must not call the server.
+func (s *Server) FailWith(f func(method string) (Fault, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultFunc = f
 }
 
 // Fail scripts faults, in order, for the next requests that match.
@@ -183,6 +207,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 		return
+	}
+	if _, ok := s.customers[id]; !ok && s.anyCust {
+		s.customers[id] = map[string]string{}
 	}
 	fault, faulted := s.nextFault(r.Method)
 	if faulted && !fault.ApplyThenFail {
@@ -279,6 +306,9 @@ func (s *Server) nextFault(method string) (Fault, bool) {
 			s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
 			return f, true
 		}
+	}
+	if s.faultFunc != nil {
+		return s.faultFunc(method)
 	}
 	return Fault{}, false
 }

@@ -91,3 +91,42 @@ func TestExecutedThen500ReplaysThe500(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, cu.RequestID)
 }
+
+// AnyCustomer makes an unseen customer exist; FailWith's faults apply when
+// none is scripted, a scripted one first.
+func TestAnyCustomerAndFailWith(t *testing.T) {
+	t.Parallel()
+	s := stripeapitest.New()
+	t.Cleanup(s.Close)
+	c, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: s.URL})
+	require.NoError(t, err)
+	ctx := context.Background()
+	var ce *writeback.CallError
+
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_new", map[string]string{"k": "v"}, "key-0")
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, http.StatusNotFound, ce.Status, "no such customer yet")
+
+	s.AnyCustomer()
+	draws := 0
+	s.FailWith(func(string) (stripeapitest.Fault, bool) {
+		draws++
+		return stripeapitest.Fault{Status: 500, ApplyThenFail: true}, draws == 1
+	})
+	s.Fail(stripeapitest.Fault{Status: 503})
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_new", map[string]string{"k": "v"}, "key-1")
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 503, ce.Status, "the scripted fault first")
+	require.Equal(t, 0, s.Applied("key-1"))
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_new", map[string]string{"k": "v"}, "key-1")
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 500, ce.Status, "then the drawn one: applied, then failed")
+	require.Equal(t, 1, s.Applied("key-1"))
+	require.Equal(t, "v", s.Metadata("cus_new")["k"])
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_new", map[string]string{"k": "v"}, "key-1")
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 500, ce.Status, "the retry replays the saved 500, as Stripe does")
+	require.True(t, ce.Replayed)
+	require.Equal(t, 1, s.Applied("key-1"), "not run again")
+	require.True(t, s.Requests()[len(s.Requests())-1].Replayed)
+}

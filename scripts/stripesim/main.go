@@ -35,6 +35,13 @@
 // figures line then ends with via_eventbridge, ok2xx_eventbridge,
 // cross_path and receipts_eventbridge.
 //
+// With -stripe-api (the Stripe API stand-in, scripts/stripeapistandin, that
+// the workers' write-back sender calls with WRITEBACKS=customer_metadata)
+// it also checks that every payment of the run was written back exactly
+// once: one intent, recorded as sent with the customer's id, and one
+// request the stand-in ran under its key (replays counted, not failures).
+// The figures line then carries writeback_* figures (writebacks.go).
+//
 // -phase splits the run for fault scripts that must act between sending and
 // draining: "send" delivers and writes -state; "check" reads -state,
 // regenerates the same events from its seed and checks. "all" does both.
@@ -83,6 +90,7 @@ type options struct {
 	faultsFile  string
 	state       string
 	eventbridge string
+	stripeAPI   string
 	ebURL       string
 	paths       paths
 }
@@ -134,6 +142,7 @@ func main() {
 	flag.StringVar(&o.faultsFile, "faults-file", "", "read the fault count from this file when reporting (for a caller that injects faults while stripesim runs)")
 	flag.StringVar(&o.state, "state", "", "state file between -phase send and -phase check")
 	flag.StringVar(&o.eventbridge, "eventbridge", "", "URL of the EventBridge stand-in the workers' outbox relay publishes to (scripts/ebstandin); set: check that every outbox row of the run is published")
+	flag.StringVar(&o.stripeAPI, "stripe-api", "", "URL of the Stripe API stand-in the workers' write-back sender calls (scripts/stripeapistandin; the workers run with WRITEBACKS=customer_metadata); set: check that every payment of the run was written back exactly once")
 	flag.StringVar(&o.ebURL, "eventbridge-url", "", "URL of the local runner's POST /_eventbridge; set: about -eventbridge-share of the events are delivered by EventBridge (the envelope it hands a target) instead of signed to -url")
 	flag.Float64Var(&o.paths.ebShare, "eventbridge-share", 0.5, "with -eventbridge-url: share of the events delivered by EventBridge")
 	flag.Float64Var(&o.paths.crossShare, "cross-share", 0.75, "with -eventbridge-url: share of the duplicates whose second copy takes the other path (the same event by both)")
@@ -298,6 +307,17 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 			return 2, err
 		}
 	}
+	var wb writebacks
+	if o.stripeAPI != "" {
+		payments, err := paidCustomers(evs, exp.Payments)
+		if err != nil {
+			return 2, err
+		}
+		wb, err = checkWritebacks(ctx, o.db, o.stripeAPI, run, payments, o.drainFor)
+		if err != nil {
+			return 2, err
+		}
+	}
 	// Some deliveries went by EventBridge and were answered 2xx, but no
 	// receipt says so: the run did not test the path it claims to.
 	ebMissing := st.OK2xxEB > 0 && r.Receipts.EventBridge == 0
@@ -318,6 +338,10 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 		// own check above.)
 		line += fmt.Sprintf(" relay_rows=%d relay_unpublished=%d relay_lost=%d relay_duplicates=%d", rel.Rows, rel.Unpublished, rel.Lost, rel.Duplicates)
 	}
+	if o.stripeAPI != "" {
+		// The sample write-back's end state (writebacks.go).
+		line += " " + wb.figures()
+	}
 	if st.ViaEB > 0 {
 		// Both paths: how many deliveries and receipts each took, and how
 		// many events came by both (each must be one receipt, one effect).
@@ -328,7 +352,7 @@ func verify(ctx context.Context, o options, st state) (int, error) {
 	if ebMissing {
 		return 1, errors.New("check failed: deliveries by EventBridge were answered 2xx but no receipt has source eventbridge")
 	}
-	if r.failed() || st.Undelivered > 0 || rel.Unpublished+rel.Lost > 0 {
+	if r.failed() || st.Undelivered > 0 || rel.Unpublished+rel.Lost > 0 || wb.failed() {
 		return 1, errors.New("check failed: see the figures line")
 	}
 	return 0, nil
