@@ -433,6 +433,9 @@ func TestPurgeRoleMayOnlyPurge(t *testing.T) {
 		        ('stripe', 'billing', 'evt_new', 'invoice.paid', false, '{"a": 1}', NULL, NULL)`,
 		`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, published_at)
 		 VALUES ('invoice', 'in_1', 'x', '{}', $1::timestamptz - interval '40 days'), ('invoice', 'in_2', 'x', '{}', NULL)`,
+		`INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id, status, done_at, result_via)
+		 VALUES ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'k_old', 'evt_old', 'done', $1::timestamptz - interval '40 days', 'call'),
+		        ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'k_pending', 'evt_new', 'pending', NULL, NULL)`,
 	} {
 		_, err := d.db.Pool.Exec(d.ctx, q, now)
 		require.NoError(t, err)
@@ -452,6 +455,8 @@ func TestPurgeRoleMayOnlyPurge(t *testing.T) {
 	require.EqualValues(t, 1, s.ScrubbedPayloads)
 	require.Equal(t, 2, d.db.Count(t, "webhook_inbox", ""))
 	require.Equal(t, 1, d.db.Count(t, "outbox", ""))
+	require.EqualValues(t, 1, s.PurgedWritebacks)
+	require.Equal(t, 1, d.db.Count(t, "writeback_intents", "status = 'pending'"))
 
 	requireDenied(t, purge,
 		"SELECT 1 FROM invoices", "INSERT INTO invoices (id, customer_id, status) VALUES ('in_x', 'cus_1', 'paid')",
@@ -465,6 +470,9 @@ func TestPurgeRoleMayOnlyPurge(t *testing.T) {
 			VALUES ('stripe', 'billing', 'evt_x', 'invoice.paid', false, '{}')`,
 		"UPDATE webhook_inbox SET processed_at = NULL",
 		"UPDATE webhook_inbox SET attempts = 0",
+		"SELECT params FROM writeback_intents", "SELECT result FROM writeback_intents",
+		"UPDATE writeback_intents SET status = 'done'",
+		"INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id) VALUES ('customer_metadata', 'cus_x', '{}', 'k_x', 'evt_x')",
 		"CREATE TEMP TABLE scratch (id int)",
 	)
 	requireDenied(t, purge, ddl...)

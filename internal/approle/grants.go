@@ -179,6 +179,9 @@ func grants(roles Roles, webhookInsert []string) []string {
 		"GRANT SELECT, DELETE ON public.webhook_inbox, public.outbox TO "+purge,
 		"GRANT UPDATE (payload, payload_raw) ON public.webhook_inbox TO "+purge,
 		"GRANT UPDATE (created_at) ON public.outbox TO "+purge,
+		// Done write-back intents past the retention
+		// (internal/writeback.PurgeDone): the columns its DELETE tests.
+		"GRANT SELECT (id, status, done_at), DELETE ON public.writeback_intents TO "+purge,
 	)
 	// The worker: exactly its statements, nothing by default.
 	out = append(out, workerGrants(worker)...)

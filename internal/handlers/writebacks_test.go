@@ -79,6 +79,19 @@ func TestPaymentBookedRecordsOneWritebackIntent(t *testing.T) {
 		require.Empty(t, b.intents(t))
 	})
 
+	t.Run("a connected account's paid invoice records none", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, db)
+		b.seq++
+		id := fmt.Sprintf("evt_wb_%d", b.seq)
+		inv := stripetest.Invoice("in_wb_6", "cus_wb_6", "paid", 2000)
+		payload := stripetest.EventWith(id, "invoice.paid", stripetest.Meta{Created: stripetest.Created + int64(b.seq), Livemode: true, Account: "acct_wb_1"}, inv)
+		_, err := writebacksOn.Apply(context.Background(), b.tx, handlers.Event{ID: id, Type: "invoice.paid", Endpoint: "billing", Payload: payload, Livemode: true, Account: "acct_wb_1"})
+		require.NoError(t, err)
+		require.Equal(t, []string{"in_wb_6 payment 2000"}, b.ledger(t), "booked")
+		require.Empty(t, b.intents(t), "its customer lives in the connected account: the call would need Stripe-Account")
+	})
+
 	t.Run("off by default", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, db)

@@ -309,7 +309,11 @@ func renderWriteback(tw *tabwriter.Writer, d *writeback.Detail) {
 	fmt.Fprintf(tw, "kind\t%s\n", d.Kind)
 	fmt.Fprintf(tw, "target\t%s\n", d.Target)
 	fmt.Fprintf(tw, "params\t%s\n", d.Params)
-	fmt.Fprintf(tw, "idempotency key\t%s\n", d.IdempotencyKey)
+	if d.KeyGeneration > 0 {
+		fmt.Fprintf(tw, "idempotency key\t%s\t(generation %d of %s)\n", d.SentKey, d.KeyGeneration, d.IdempotencyKey)
+	} else {
+		fmt.Fprintf(tw, "idempotency key\t%s\n", d.SentKey)
+	}
 	fmt.Fprintf(tw, "booked by\t%s\n", d.EventID)
 	fmt.Fprintf(tw, "status\t%s\n", d.Status)
 	fmt.Fprintf(tw, "attempts\t%d\t(first %s, last %s)\n", d.Attempts, ts(d.FirstAttemptAt), ts(d.LastAttemptAt))

@@ -79,4 +79,9 @@ RETURNING id`).Scan(&done))
 	require.Equal(t, opscli.ExitMistake, r.code)
 	require.Contains(t, r.stderr, "is still being tried by the sender")
 	require.Contains(t, run(t, env, "", "writebacks").stdout, "no write-backs wait for a human")
+	// The key shown is the one the sender sends now: the next generation.
+	shown := decode(t, run(t, env, "", "writeback", p, "--json")).Writeback
+	require.Equal(t, 1, shown.KeyGeneration)
+	require.Equal(t, shown.IdempotencyKey+":retry1", shown.SentKey)
+	require.Contains(t, run(t, env, "", "writeback", p).stdout, shown.IdempotencyKey+":retry1")
 }

@@ -1,6 +1,6 @@
 // Package retention is the scheduled purge (functions/purge): it deletes
-// processed receipts and published outbox rows once they are older than the
-// retention, and optionally scrubs the payload of processed receipts earlier.
+// processed receipts, published outbox rows and done write-back intents
+// (internal/writeback) once they are older than the retention, and optionally scrubs the payload of processed receipts earlier.
 //
 // A receipt is what makes a redelivery of a Stripe event a no-op, so it must
 // outlive Stripe's retry window (up to 3 days) by a safe margin; Config
@@ -32,6 +32,7 @@ import (
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/outbox"
+	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
 // DB is what the purge needs: a pool or a dedicated connection. It must not
@@ -74,8 +75,10 @@ func New(db DB, cfg Config, logger *slog.Logger, em *metrics.Emitter) (*Purger, 
 
 // Summary is what one Run did.
 type Summary struct {
-	PurgedReceipts   int64 `json:"purged_receipts"`
-	PurgedOutbox     int64 `json:"purged_outbox"`
+	PurgedReceipts int64 `json:"purged_receipts"`
+	PurgedOutbox   int64 `json:"purged_outbox"`
+	// PurgedWritebacks: done write-back intents (internal/writeback).
+	PurgedWritebacks int64 `json:"purged_writebacks"`
 	ScrubbedPayloads int64 `json:"scrubbed_payloads"`
 	// Batches counts the statements that deleted or scrubbed at least one
 	// row, each its own transaction. The final statement of each table that
@@ -108,6 +111,12 @@ func purgeOutbox(ctx context.Context, db inbox.Execer, cutoff time.Time, limit i
 	return outbox.PurgePublished(ctx, db, cutoff, limit)
 }
 
+// purgeWritebacks deletes one batch of done write-back intents
+// (writeback.PurgeDone).
+func purgeWritebacks(ctx context.Context, db inbox.Execer, cutoff time.Time, limit int) (int64, error) {
+	return writeback.PurgeDone(ctx, db, cutoff, limit)
+}
+
 // Run purges (and scrubs, when configured) until a batch of each comes back
 // short or ctx's deadline is within the margin, then logs the summary and
 // emits the metrics. Rows deleted before an error stay deleted and are
@@ -123,7 +132,7 @@ func (p *Purger) Run(ctx context.Context) (Summary, error) {
 	s.DurationMs = time.Since(start).Milliseconds()
 
 	attrs := []any{
-		"purged_receipts", s.PurgedReceipts, "purged_outbox", s.PurgedOutbox, "scrubbed_payloads", s.ScrubbedPayloads,
+		"purged_receipts", s.PurgedReceipts, "purged_outbox", s.PurgedOutbox, "purged_writebacks", s.PurgedWritebacks, "scrubbed_payloads", s.ScrubbedPayloads,
 		"batches", s.Batches, "stopped_at_deadline", s.StoppedAtDeadline, "cutoff", s.Cutoff, "duration_ms", s.DurationMs,
 	}
 	if err != nil {
@@ -146,6 +155,7 @@ func (p *Purger) run(ctx context.Context, stopAt time.Time, s *Summary) error {
 	steps := []step{
 		{what: "processed receipts", batch: inbox.PurgeProcessed, cutoff: cutoff, count: &s.PurgedReceipts},
 		{what: "published outbox rows", batch: purgeOutbox, cutoff: cutoff, count: &s.PurgedOutbox},
+		{what: "done write-back intents", batch: purgeWritebacks, cutoff: cutoff, count: &s.PurgedWritebacks},
 	}
 	if p.cfg.ScrubAfter > 0 {
 		s.ScrubCutoff = scrubCutoff

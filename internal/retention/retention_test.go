@@ -493,3 +493,26 @@ func TestScrubClearsTheRawBytes(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", `event_id = 'evt_raw' AND payload_raw IS NULL AND payload = '{"scrubbed": true}'::jsonb`),
 		"the exact bytes are scrubbed with the payload")
 }
+
+// Done write-back intents (superseded ones included) older than the
+// retention are deleted; pending and parked ones, and younger done ones,
+// stay. Safe: the ledger entry, not the intent, keeps a redelivered payment
+// from recording a second intent (the handler records one only when it
+// books the payment).
+func TestDoneWritebackIntentsPastTheRetentionAreDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old, young := t0.Add(-31*day), t0.Add(-29*day)
+	_, err := b.pool.Exec(context.Background(), `
+INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id, status, done_at, result_via, created_at)
+VALUES ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'k_done_old', 'evt_1', 'done', $1, 'call', $1),
+       ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'k_superseded_old', 'evt_2', 'done', $1, 'superseded', $1),
+       ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'k_done_young', 'evt_3', 'done', $2, 'call', $1),
+       ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'k_pending_old', 'evt_4', 'pending', NULL, NULL, $1),
+       ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'k_parked_old', 'evt_5', 'parked', NULL, NULL, $1)`, old, young)
+	require.NoError(t, err)
+	s := b.purge(t, b.newPurger(t, nil, retention.Config{Retention: 30 * day}, &t0))
+	require.EqualValues(t, 2, s.PurgedWritebacks)
+	require.Equal(t, 0, b.db.Count(t, "writeback_intents", "idempotency_key IN ('k_done_old', 'k_superseded_old')"))
+	require.Equal(t, 3, b.db.Count(t, "writeback_intents", ""))
+}

@@ -5,7 +5,11 @@
 //
 //   - a POST with an Idempotency-Key the server knows is not executed
 //     again: the first result is replayed (with Idempotent-Replayed: true),
-//     status and body, whatever the customer looks like now;
+//     status and body, whatever the customer looks like now, a failure
+//     included: a request that was executed and then failed (ApplyThenFail
+//     with a status) saved that status, and its key replays it ("Subsequent
+//     requests with the same key return the same result, including 500
+//     errors");
 //   - a known key with other parameters is refused (400, idempotency_error);
 //   - a request that failed before it was executed (a scripted 429 or 5xx
 //     answered instead) saves no result under its key ("Results are only
@@ -46,14 +50,17 @@ const Key = "sk_test_stand_in"
 type Fault struct {
 	// Method, "" for any.
 	Method string
-	// Status answered instead of executing (429, 500, 503, 400...). With
+	// Status answered instead of executing (429, 409 idempotency_key_in_use,
+	// 500, 503, 400...). With
 	// ApplyThenFail: the status answered after executing (0: close the
 	// connection with nothing written).
 	Status int
 	// RetryAfter is the Retry-After header of a 429, in seconds ("" none).
 	RetryAfter string
-	// ApplyThenFail executes the request (and saves its result under its
-	// key, as Stripe does) and then fails the answer.
+	// ApplyThenFail executes the request and then fails the answer. With a
+	// status, that failure is what is saved under the key (Stripe saves the
+	// status and body of a request whose execution began, a 500 included);
+	// with none (the connection closed), the executed result is.
 	ApplyThenFail bool
 }
 
@@ -186,6 +193,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	req := Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key")}
 	defer func() { s.requests = append(s.requests, req) }()
+	w.Header().Set("Request-Id", fmt.Sprintf("req_standin_%d", len(s.requests)+1))
 
 	if r.Header.Get("Authorization") != "Bearer "+Key {
 		writeError(w, http.StatusUnauthorized, "invalid_request_error", "", "Invalid API Key provided")
@@ -213,6 +221,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			writeError(w, fault.Status, "invalid_request_error", "rate_limit", "Too many requests hit the API too quickly.")
 			return
 		}
+		if fault.Status == http.StatusConflict {
+			// A concurrent request with the key is running: nothing saved
+			// under it ("If incoming parameters fail validation, or the
+			// request conflicts with another request that's executing
+			// concurrently, we don't save the idempotent result",
+			// https://docs.stripe.com/api/idempotent_requests).
+			writeError(w, fault.Status, "invalid_request_error", "idempotency_key_in_use",
+				"There is currently another in-progress request using this Idempotent Key. Please try again later.")
+			return
+		}
 		writeError(w, fault.Status, "api_error", "", "scripted failure")
 		return
 	}
@@ -234,6 +252,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 				}
 				req.Replayed = true
 				w.Header().Set("Idempotent-Replayed", "true")
+				if faulted && fault.Status != 0 {
+					// Nothing runs again: the saved result is the answer.
+					faulted = false
+				}
 				s.finish(w, fault, faulted, sv.status, sv.body)
 				return
 			}
@@ -241,7 +263,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		status, body := s.update(id, r.PostForm)
 		req.Executed = status == http.StatusOK
 		if req.IdempotencyKey != "" {
-			s.keys[req.IdempotencyKey] = saved{params: params, status: status, body: body}
+			sv := saved{params: params, status: status, body: body}
+			if faulted && fault.Status != 0 {
+				sv.status, sv.body = errorBody(fault.Status, "api_error", "", "scripted failure after the request was executed")
+			}
+			s.keys[req.IdempotencyKey] = sv
 			if req.Executed {
 				s.applied[req.IdempotencyKey]++
 			}
@@ -319,8 +345,12 @@ func metadataKey(param string) (string, bool) {
 	return strings.TrimSuffix(rest, "]"), true
 }
 
+// customerJSON: a customer as Stripe answers it, personal data included
+// (what the sender must not keep).
 func customerJSON(id string, metadata map[string]string) map[string]any {
-	return map[string]any{"id": id, "object": "customer", "metadata": metadata, "livemode": false}
+	return map[string]any{"id": id, "object": "customer", "metadata": metadata, "livemode": false,
+		"email": id + "@example.com", "name": "Jenny Rosen",
+		"address": map[string]any{"line1": "1 Main St", "city": "Springfield", "postal_code": "12345", "country": "US"}}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

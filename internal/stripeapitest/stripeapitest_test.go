@@ -63,6 +63,35 @@ func TestIdempotencySemantics(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, ce.Status)
 }
 
+// A request that was executed and then failed with a 500 saved the 500
+// under its key: a retry with the key gets the 500 again, replayed, and
+// runs nothing ("Subsequent requests with the same key return the same
+// result, including 500 errors",
+// https://docs.stripe.com/api/idempotent_requests).
+func TestExecutedThen500ReplaysThe500(t *testing.T) {
+	t.Parallel()
+	s := stripeapitest.New("cus_1")
+	t.Cleanup(s.Close)
+	c, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: s.URL})
+	require.NoError(t, err)
+	ctx := context.Background()
+	s.Fail(stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true, Status: 500})
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_1", map[string]string{"k": "v1"}, "key-1")
+	var ce *writeback.CallError
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 500, ce.Status)
+	require.False(t, ce.Replayed)
+	require.Equal(t, "v1", s.Metadata("cus_1")["k"], "executed")
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_1", map[string]string{"k": "v1"}, "key-1")
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 500, ce.Status)
+	require.True(t, ce.Replayed, "Idempotent-Replayed: true")
+	require.Equal(t, 1, s.Applied("key-1"))
+	cu, err := c.GetCustomer(ctx, "cus_1")
+	require.NoError(t, err)
+	require.NotEmpty(t, cu.RequestID)
+}
+
 // AnyCustomer makes an unseen customer exist; FailWith's faults apply when
 // none is scripted, a scripted one first.
 func TestAnyCustomerAndFailWith(t *testing.T) {
@@ -93,9 +122,11 @@ func TestAnyCustomerAndFailWith(t *testing.T) {
 	require.True(t, errors.As(err, &ce))
 	require.Equal(t, 500, ce.Status, "then the drawn one: applied, then failed")
 	require.Equal(t, 1, s.Applied("key-1"))
-	cu, err := c.UpdateCustomerMetadata(ctx, "cus_new", map[string]string{"k": "v"}, "key-1")
-	require.NoError(t, err)
-	require.Equal(t, "v", cu.Metadata["k"])
-	require.Equal(t, 1, s.Applied("key-1"), "the retry replays")
+	require.Equal(t, "v", s.Metadata("cus_new")["k"])
+	_, err = c.UpdateCustomerMetadata(ctx, "cus_new", map[string]string{"k": "v"}, "key-1")
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 500, ce.Status, "the retry replays the saved 500, as Stripe does")
+	require.True(t, ce.Replayed)
+	require.Equal(t, 1, s.Applied("key-1"), "not run again")
 	require.True(t, s.Requests()[len(s.Requests())-1].Replayed)
 }

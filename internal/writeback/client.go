@@ -2,7 +2,6 @@ package writeback
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,12 +10,15 @@ import (
 	stripe "github.com/stripe/stripe-go/v82"
 )
 
-// Customer is what a customer call answered: its id and metadata, and the
-// body as Stripe sent it (recorded as the intent's result).
+// Customer is what a customer call answered: its id and metadata, Stripe's
+// request id, and whether the answer was a replay of the key's saved result
+// (Idempotent-Replayed: true). The rest of the customer (email, name,
+// address: personal data) is not kept.
 type Customer struct {
-	ID       string
-	Metadata map[string]string
-	Raw      json.RawMessage
+	ID        string
+	Metadata  map[string]string
+	RequestID string
+	Replayed  bool
 }
 
 // API is the Stripe calls the sender makes; *Client implements it, with
@@ -31,10 +33,14 @@ type API interface {
 
 // CallError is a failed call: the HTTP status (0 when no answer came: a
 // timeout, a reset, a refused connection), the Retry-After header of a 429,
+// whether the answer was a replay of the key's saved result
+// (Idempotent-Replayed: true: Stripe saves the first request's status and
+// body, "including 500 errors", https://docs.stripe.com/api/idempotent_requests),
 // and the error.
 type CallError struct {
 	Status     int
 	RetryAfter time.Duration
+	Replayed   bool
 	Err        error
 }
 
@@ -121,7 +127,7 @@ func (c *Client) GetCustomer(ctx context.Context, id string) (Customer, error) {
 
 func answer(cu *stripe.Customer, err error, info *attemptInfo) (Customer, error) {
 	if err != nil {
-		ce := &CallError{Status: info.status, Err: err}
+		ce := &CallError{Status: info.status, Replayed: info.replayed, Err: err}
 		var se *stripe.Error
 		if errors.As(err, &se) && se.HTTPStatusCode != 0 {
 			ce.Status = se.HTTPStatusCode
@@ -131,11 +137,7 @@ func answer(cu *stripe.Customer, err error, info *attemptInfo) (Customer, error)
 		}
 		return Customer{}, ce
 	}
-	out := Customer{ID: cu.ID, Metadata: cu.Metadata}
-	if cu.LastResponse != nil {
-		out.Raw = cu.LastResponse.RawJSON
-	}
-	return out, nil
+	return Customer{ID: cu.ID, Metadata: cu.Metadata, RequestID: info.requestID, Replayed: info.replayed}, nil
 }
 
 type attemptKey struct{}
@@ -145,6 +147,8 @@ type attemptKey struct{}
 type attemptInfo struct {
 	status     int
 	retryAfter string
+	requestID  string
+	replayed   bool
 }
 
 type headerRecorder struct{ base http.RoundTripper }
@@ -154,6 +158,8 @@ func (h headerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if info, ok := req.Context().Value(attemptKey{}).(*attemptInfo); ok && res != nil {
 		info.status = res.StatusCode
 		info.retryAfter = res.Header.Get("Retry-After")
+		info.requestID = res.Header.Get("Request-Id")
+		info.replayed = res.Header.Get("Idempotent-Replayed") == "true"
 	}
 	return res, err
 }

@@ -35,6 +35,14 @@ type Detail struct {
 	DoneAt      *time.Time      `json:"done_at,omitempty"`
 	AvailableAt *time.Time      `json:"available_at,omitempty"`
 	LeasedUntil *time.Time      `json:"leased_until,omitempty"`
+	// KeyGeneration is how many times an operator retried the intent after
+	// Stripe refused it; SentKey is the Idempotency-Key the sender sends
+	// (IdempotencyKey, with ':retry<KeyGeneration>' once it is above 0).
+	KeyGeneration int    `json:"key_generation"`
+	SentKey       string `json:"sent_key"`
+	// Refused: parked because Stripe refused it (a retry sends under the
+	// next key generation).
+	Refused bool `json:"refused"`
 }
 
 // ListParked returns up to limit intents waiting for a human, oldest first.
@@ -65,7 +73,8 @@ func Show(ctx context.Context, db DB, id int64) (*Detail, error) {
 		params, result string
 	)
 	err := db.QueryRow(ctx, showIntent, id).Scan(&d.ID, &d.Kind, &d.Target, &d.IdempotencyKey, &d.EventID, &d.Status, &d.Attempts, &d.LastError,
-		&d.CreatedAt, &d.FirstAttemptAt, &d.LastAttemptAt, &params, &d.ResultID, &result, &d.ResultVia, &d.DoneAt, &d.AvailableAt, &d.LeasedUntil)
+		&d.CreatedAt, &d.FirstAttemptAt, &d.LastAttemptAt, &params, &d.ResultID, &result, &d.ResultVia, &d.DoneAt, &d.AvailableAt, &d.LeasedUntil,
+		&d.KeyGeneration, &d.Refused, &d.SentKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNoIntent
 	}

@@ -22,7 +22,8 @@ type Intent struct {
 	// ReadBackFirst: the first attempt was made longer ago than the key
 	// lifetime, so Stripe may have forgotten the key.
 	ReadBackFirst bool `json:"read_back_first"`
-	// Superseded: a newer intent of the same kind and target is recorded.
+	// Superseded: a newer intent of the same kind and target is pending
+	// (in this batch or not) or done: sending this one would undo it.
 	Superseded bool `json:"superseded"`
 }
 
@@ -51,6 +52,11 @@ type Outcome struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Delay    time.Duration   `json:"delay,omitempty"`
+	// MayHaveRun (Park): an earlier request with the key ran (Stripe
+	// answered idempotency_error), so the intent is parked as not refused
+	// and an operator's retry keeps the key. False: Stripe refused the call
+	// and changed nothing.
+	MayHaveRun bool `json:"may_have_run,omitempty"`
 }
 
 // The ways a result is found (writeback_intents.result_via).
@@ -137,7 +143,7 @@ func (s DBStore) Record(ctx context.Context, token string, maxAttempts int, outc
 		case Retry, Release:
 			tag, err = s.DB.Exec(ctx, recordRetry, o.ID, token, s.now(), o.Delay.Seconds(), o.Error, maxAttempts, o.Kind == Retry)
 		case Park:
-			tag, err = s.DB.Exec(ctx, recordParked, o.ID, token, o.Error)
+			tag, err = s.DB.Exec(ctx, recordParked, o.ID, token, o.Error, !o.MayHaveRun)
 		default:
 			return n, fmt.Errorf("write-back intent %d: unknown outcome %q", o.ID, o.Kind)
 		}
@@ -188,4 +194,16 @@ func RetryParked(ctx context.Context, db DB, id int64) (bool, error) {
 		return false, fmt.Errorf("retrying write-back intent %d: %w", id, err)
 	}
 	return len(ids) == 1, nil
+}
+
+// PurgeDone deletes up to limit done intents recorded done strictly before
+// cutoff (internal/retention's batch; see purgeDone) and returns how many.
+func PurgeDone(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, cutoff time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, purgeDone, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting done write-back intents: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -24,9 +24,13 @@
 //     (as the reconciler, internal/reconcile.Client, backs off).
 //   - 401, 403: the key is wrong; given back uncounted and the run stops (a
 //     configuration problem parks nothing).
-//   - any other 4xx (the customer does not exist, a parameter refused, the
-//     key reused with other parameters): retrying cannot fix it; parked for
-//     a human (inboxctl writebacks, writeback-retry).
+//   - 400 idempotency_error (the key reused with other parameters: an
+//     earlier request with the key ran): parked as not refused, so an
+//     operator's retry keeps the key.
+//   - any other 4xx (the customer does not exist, a parameter refused):
+//     retrying cannot fix it, Stripe changed nothing; parked as refused for
+//     a human (inboxctl writebacks, writeback-retry: a retry sends under the
+//     key's next generation).
 //
 // The key's lifetime: Stripe may remove a key once it is at least 24 hours
 // old, and a request with a removed key runs as a new request (same page).
@@ -35,11 +39,13 @@
 // metadata already holds the values) and records that (result_via
 // read_back); only when the effect is not there does it send, which is then
 // correct whether or not Stripe still knows the key. And an intent for which
-// a newer intent of the same kind and target is recorded is recorded as
-// superseded without a call: sending it would put the older value back.
+// a newer intent of the same kind and target is pending or done (not parked,
+// not itself superseded) is recorded as superseded without a call: sending
+// it would put the older value back. A batch is applied in id order.
 package writeback
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,11 +54,14 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/metrics"
+
+	stripe "github.com/stripe/stripe-go/v82"
 )
 
 // Defaults.
@@ -71,6 +80,14 @@ const (
 )
 
 // Config is the sender's configuration.
+//
+// The lease bounds a batch: an intent is sent only while at least
+// 2 × CallTimeout (its worst case: a read-back and the call) of its claim's
+// lease remains, measured on the sender's clock from before the claim; the
+// intents of a batch that no longer fit are given back uncounted and
+// claimed again with a fresh lease. So a batch's worst case,
+// ClaimLimit × 2 × CallTimeout (400 s with the defaults), may exceed the
+// lease (2 minutes): Validate requires only that one intent fits.
 type Config struct {
 	ClaimLimit  int
 	Lease       time.Duration
@@ -111,8 +128,8 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports a setting that cannot work.
 func (c Config) Validate() error {
-	if c.Lease <= c.CallTimeout {
-		return fmt.Errorf("write-back lease %s must be longer than the call timeout %s: an intent must stay claimed while its call runs", c.Lease, c.CallTimeout)
+	if c.Lease < 2*c.CallTimeout {
+		return fmt.Errorf("write-back lease %s must be at least twice the call timeout %s: an intent must stay claimed while its calls (a read-back and the call) run", c.Lease, c.CallTimeout)
 	}
 	if c.BackoffCap < c.BackoffBase {
 		return fmt.Errorf("write-back backoff cap %s is below the base %s", c.BackoffCap, c.BackoffBase)
@@ -161,6 +178,7 @@ type Summary struct {
 	Parked     int  `json:"parked"`      // waiting for a human
 	Fenced     int  `json:"fenced"`      // outcomes another claim owned by then
 	Superseded int  `json:"superseded"`  // recorded without a call
+	LeaseShort int  `json:"lease_short"` // given back unsent: too little of the lease left
 	Paused     bool `json:"paused"`      // the run found the sender pausing after a 429
 	KeyRefused bool `json:"key_refused"` // Stripe refused the API key
 }
@@ -177,6 +195,9 @@ func (s *Sender) Run(ctx context.Context) (Summary, error) {
 		return sum, nil
 	}
 	for ctx.Err() == nil {
+		// The lease's end on the sender's clock, from before the claim: no
+		// later than the database's, but for clock skew.
+		leaseEnd := s.Clock().Add(s.cfg.Lease)
 		token, intents, err := s.store.Claim(ctx, s.cfg.ClaimLimit, s.cfg.Lease, s.cfg.KeyLifetime)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -185,11 +206,22 @@ func (s *Sender) Run(ctx context.Context) (Summary, error) {
 			return sum, err
 		}
 		sum.Claimed += len(intents)
+		// In id order: the order the bookings were recorded in.
+		slices.SortFunc(intents, func(a, b Intent) int { return cmp.Compare(a.ID, b.ID) })
 		stop := false
 		for _, in := range intents {
 			var o Outcome
 			if stop {
-				o = Outcome{ID: in.ID, Kind: Release, Error: "not sent: the run stopped (throttled, key refused or out of time)"}
+				// Due when the sender's pause ends (after a 429), not at
+				// once: another sender would only be throttled too.
+				o = Outcome{ID: in.ID, Kind: Release, Error: "not sent: the run stopped (throttled, key refused or out of time)",
+					Delay: max(s.pausedUntil.Sub(s.Clock()), 0)}
+			} else if s.Clock().Add(2 * s.cfg.CallTimeout).After(leaseEnd) {
+				// Too little of the lease is left for the calls: another
+				// sender could claim the intent while its call runs. Given
+				// back uncounted; the next claim has a fresh lease.
+				sum.LeaseShort++
+				o = Outcome{ID: in.ID, Kind: Release, Error: "not sent: less than twice the call timeout was left of the lease"}
 			} else {
 				o = s.send(ctx, in, &sum)
 				stop = o.Kind == Release
@@ -259,15 +291,8 @@ func (s *Sender) send(ctx context.Context, in Intent, sum *Summary) Outcome {
 			return Outcome{ID: in.ID, Kind: Park, Error: fmt.Sprintf("params %s: not {\"metadata\": {...}}", in.Params)}
 		}
 		if in.ReadBackFirst {
-			sum.ReadBacks++
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-			cu, err := s.api.GetCustomer(cctx, in.Target)
-			cancel()
-			if err != nil {
-				return s.failed(ctx, in, "reading back GET /v1/customers/"+in.Target, err, sum)
-			}
-			if contains(cu.Metadata, p.Metadata) {
-				return Outcome{ID: in.ID, Kind: Done, Via: ViaReadBack, ResultID: cu.ID, Result: cu.Raw}
+			if o, found := s.readBack(ctx, in, p.Metadata, sum); found || o.Kind != "" {
+				return o
 			}
 			// Not in effect: sending is right whether Stripe still knows
 			// the key (it replays a failure, handled below) or not.
@@ -277,12 +302,71 @@ func (s *Sender) send(ctx context.Context, in Intent, sum *Summary) Outcome {
 		cu, err := s.api.UpdateCustomerMetadata(cctx, in.Target, p.Metadata, in.Key)
 		cancel()
 		if err != nil {
+			var ce *CallError
+			if errors.As(err, &ce) && ce.Replayed && ce.Status >= 500 && ctx.Err() == nil {
+				// Stripe saved this 5xx under the key (the first request
+				// with it began to run, then failed) and replays it for as
+				// long as it keeps the key ("Subsequent requests with the
+				// same key return the same result, including 500 errors",
+				// https://docs.stripe.com/api/idempotent_requests):
+				// retrying with the key cannot get another answer. Read the
+				// effect back now instead.
+				o, found := s.readBack(ctx, in, p.Metadata, sum)
+				if found || o.Kind != "" {
+					return o
+				}
+				// Not in effect: the run changed nothing that stayed, and
+				// setting the metadata under a new key cannot apply twice
+				// what is not there. Parked as refused: an operator's retry
+				// sends under the key's next generation.
+				s.throttled = 0
+				return Outcome{ID: in.ID, Kind: Park, Error: fmt.Sprintf(
+					"POST /v1/customers/%s: Stripe replays a saved %d for this key (Idempotent-Replayed) and the read-back shows the metadata not in effect; a retry sends under the next key generation: %v",
+					in.Target, ce.Status, err)}
+			}
 			return s.failed(ctx, in, "POST /v1/customers/"+in.Target, err, sum)
 		}
-		return Outcome{ID: in.ID, Kind: Done, Via: ViaCall, ResultID: cu.ID, Result: cu.Raw}
+		s.throttled = 0
+		return Outcome{ID: in.ID, Kind: Done, Via: ViaCall, ResultID: cu.ID, Result: effect(cu, p.Metadata)}
 	default:
 		return Outcome{ID: in.ID, Kind: Park, Error: fmt.Sprintf("kind %q: this release does not know it", in.Kind)}
 	}
+}
+
+// readBack reads the customer (GET) and reports whether want is in effect:
+// then o records it (result_via read_back). When the read failed, o says
+// what to record instead; when it is not in effect, o is empty.
+func (s *Sender) readBack(ctx context.Context, in Intent, want map[string]string, sum *Summary) (o Outcome, found bool) {
+	sum.ReadBacks++
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	cu, err := s.api.GetCustomer(cctx, in.Target)
+	cancel()
+	if err != nil {
+		return s.failed(ctx, in, "reading back GET /v1/customers/"+in.Target, err, sum), false
+	}
+	s.throttled = 0
+	if contains(cu.Metadata, want) {
+		return Outcome{ID: in.ID, Kind: Done, Via: ViaReadBack, ResultID: cu.ID, Result: effect(cu, want)}, true
+	}
+	return Outcome{}, false
+}
+
+// effect is what an intent's result keeps: what identifies the effect (the
+// customer's id, the metadata keys the intent set with the values Stripe
+// answered, Stripe's request id, whether the answer was a replay), not the
+// customer (email, name, address: personal data).
+func effect(cu Customer, set map[string]string) json.RawMessage {
+	md := make(map[string]string, len(set))
+	for k := range set {
+		md[k] = cu.Metadata[k]
+	}
+	b, _ := json.Marshal(struct {
+		ID        string            `json:"id"`
+		Metadata  map[string]string `json:"metadata"`
+		RequestID string            `json:"request_id,omitempty"`
+		Replayed  bool              `json:"replayed"`
+	}{cu.ID, md, cu.RequestID, cu.Replayed})
+	return b
 }
 
 // failed classifies a failed call.
@@ -293,7 +377,10 @@ func (s *Sender) failed(ctx context.Context, in Intent, what string, err error, 
 		// it back uncounted; the next run sends it with the same key.
 		return Outcome{ID: in.ID, Kind: Release, Error: "run ended during the call: " + msg}
 	}
-	var ce *CallError
+	var (
+		ce *CallError
+		se *stripe.Error
+	)
 	status := 0
 	var retryAfter time.Duration
 	if errors.As(err, &ce) {
@@ -311,6 +398,17 @@ func (s *Sender) failed(ctx context.Context, in Intent, what string, err error, 
 		sum.KeyRefused = true
 		s.logger.ErrorContext(ctx, "Stripe refused the write-back API key; store a key with Customers: Write", "status", status)
 		return Outcome{ID: in.ID, Kind: Release, Error: "key refused: " + msg, Delay: s.backoff(1)}
+	case status == http.StatusBadRequest && errors.As(err, &se) && se.Type == stripe.ErrorTypeIdempotency:
+		// The key was used before with other parameters: that earlier
+		// request ran (Stripe compares parameters only for a key it saved a
+		// result under), so Stripe may have changed something. Not a
+		// refusal: parked with the key kept, for a human to look
+		// (https://docs.stripe.com/api/idempotent_requests: "The
+		// idempotency layer compares incoming parameters to those of the
+		// original request and errors if they're not the same").
+		s.throttled = 0
+		return Outcome{ID: in.ID, Kind: Park, MayHaveRun: true,
+			Error: "idempotency_error (the key was used before with other parameters; that request ran, check the target): " + msg}
 	case status == 0, status >= 500, status == http.StatusConflict:
 		s.throttled = 0
 		return Outcome{ID: in.ID, Kind: Retry, Error: msg, Delay: s.backoff(in.Attempts)}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,30 +120,43 @@ func TestTwoEventObjectsOneIntentOneCall(t *testing.T) {
 	status, via, _ := b.intent(t, "in_1")
 	require.Equal(t, "done", status)
 	require.Equal(t, writeback.ViaCall, via)
-	var resultID, object string
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT result_id, result->>'object' FROM writeback_intents").Scan(&resultID, &object))
+	var resultID string
+	var result map[string]any
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT result_id, result FROM writeback_intents").Scan(&resultID, &result))
 	require.Equal(t, "cus_1", resultID)
-	require.Equal(t, "customer", object)
+	require.NotEmpty(t, result["request_id"])
+	delete(result, "request_id")
+	require.Equal(t, map[string]any{"id": "cus_1", "metadata": map[string]any{handlers.LastPaidInvoiceKey: "in_1"}, "replayed": false}, result,
+		"what identifies the effect, not the customer (email, name, address)")
 	before := len(b.stripe.Requests())
 	b.run(t, s)
 	require.Len(t, b.stripe.Requests(), before, "a recorded intent is never called again")
 }
 
-// An ambiguous failure (the request ran, the answer was lost: a reset or a
-// 500; or a 500 before it ran) is retried with the same key, and the
-// stand-in applies it once.
+// An ambiguous failure (the request ran, the answer was lost: a reset; or
+// a 503 before it ran) is retried with the same key, and the stand-in
+// applies it once. A request that ran and then failed with a 500 saved the
+// 500 under the key, and Stripe replays it (Idempotent-Replayed: true): the
+// sender reads the effect back at once and records it, instead of
+// retrying a key that can only answer the 500 again.
 func TestAmbiguousFailureRetriedWithTheSameKeyAppliedOnce(t *testing.T) {
 	t.Parallel()
-	for name, fault := range map[string]stripeapitest.Fault{
-		"ran, then the connection was reset": {Method: http.MethodPost, ApplyThenFail: true},
-		"ran, then a 500":                    {Method: http.MethodPost, ApplyThenFail: true, Status: 500},
-		"a 503 before it ran":                {Method: http.MethodPost, Status: 503},
+	for name, tc := range map[string]struct {
+		fault     stripeapitest.Fault
+		via       string
+		attempts  int
+		readBacks int
+	}{
+		"ran, then the connection was reset": {stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true}, writeback.ViaCall, 3, 0},
+		"ran, then a 500 (saved and replayed)": {stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true, Status: 500},
+			writeback.ViaReadBack, 2, 1},
+		"a 503 before it ran": {stripeapitest.Fault{Method: http.MethodPost, Status: 503}, writeback.ViaCall, 3, 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, "cus_1")
 			b.pay(t, "in_1", "cus_1")
-			b.stripe.Fail(fault, fault)
+			b.stripe.Fail(tc.fault, tc.fault)
 			s := b.sender(t, testConfig())
 			sum := b.run(t, s)
 			require.Equal(t, 1, sum.Retried)
@@ -151,18 +166,49 @@ func TestAmbiguousFailureRetriedWithTheSameKeyAppliedOnce(t *testing.T) {
 			b.runUntilSettled(t, s)
 			status, via, attempts := b.intent(t, "in_1")
 			require.Equal(t, "done", status)
-			require.Equal(t, writeback.ViaCall, via)
-			require.Equal(t, 3, attempts)
+			require.Equal(t, tc.via, via)
+			require.Equal(t, tc.attempts, attempts)
 			key := handlers.CustomerMetadataKey("in_1")
-			ps := posts(b.stripe.Requests())
-			require.Len(t, ps, 3)
+			rs := b.stripe.Requests()
+			ps := posts(rs)
+			require.Len(t, ps, tc.attempts)
 			for _, p := range ps {
 				require.Equal(t, key, p.IdempotencyKey, "every attempt carries the intent's key")
 			}
+			require.Len(t, rs, tc.attempts+tc.readBacks)
 			require.Equal(t, 1, b.stripe.Applied(key), "applied once")
 			require.Equal(t, 1, b.stripe.AppliedTotal())
+			require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_1"}, b.stripe.Metadata("cus_1"))
 		})
 	}
+}
+
+// A replayed 500 whose effect is not there (the metadata was changed since
+// the request ran) parks the intent as refused: retrying with the key can
+// only replay the 500; an operator's retry sends under the key's next
+// generation.
+func TestReplayed500NotInEffectParksForANewKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, ApplyThenFail: true, Status: 500})
+	s := b.sender(t, testConfig())
+	require.Equal(t, 1, b.run(t, s).Retried)
+	b.stripe.AddCustomer("cus_1", nil) // someone cleared the metadata since
+	b.runUntilSettled(t, s)
+	status, _, attempts := b.intent(t, "in_1")
+	require.Equal(t, "parked", status)
+	require.Equal(t, 2, attempts, "parked at once, not after MaxAttempts")
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "refused AND last_error LIKE '%replays a saved 500%'"))
+	ok, err := writeback.RetryParked(context.Background(), b.db.Pool, b.intentID(t, "in_1"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	b.runUntilSettled(t, s)
+	status, via, _ := b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaCall, via)
+	require.Equal(t, 1, b.stripe.Applied(handlers.CustomerMetadataKey("in_1")+":retry1"))
+	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_1"}, b.stripe.Metadata("cus_1"))
 }
 
 // Once the stand-in has forgotten every key (Stripe may, after 24 hours),
@@ -385,4 +431,164 @@ func TestRetryAfterAmbiguousFailuresKeepsTheKey(t *testing.T) {
 		require.Equal(t, handlers.CustomerMetadataKey("in_1"), p.IdempotencyKey)
 	}
 	require.Equal(t, 1, b.stripe.AppliedTotal())
+}
+
+// An older intent that failed once (due later) and a newer intent for the
+// same customer, both due in one batch with the newer one first by
+// available_at: the older one is superseded by the newer pending one, and
+// the customer ends with the newer invoice.
+func TestOlderIntentInTheSameBatchSupersededByANewerPendingOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_old", "cus_1")
+	b.pay(t, "in_new", "cus_1")
+	ctx := context.Background()
+	// in_old failed once: due after in_new (a 5xx's backoff).
+	_, err := b.db.Pool.Exec(ctx, `UPDATE writeback_intents SET attempts = 1, first_attempt_at = now() - interval '1 minute',
+	        available_at = now() - interval '1 minute', last_error = '503' WHERE idempotency_key = $1`, handlers.CustomerMetadataKey("in_old"))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, "UPDATE writeback_intents SET available_at = now() - interval '2 minutes' WHERE idempotency_key = $1",
+		handlers.CustomerMetadataKey("in_new"))
+	require.NoError(t, err)
+	s := b.sender(t, testConfig())
+	sum := b.run(t, s)
+	require.Equal(t, 2, sum.Claimed)
+	require.Equal(t, 1, sum.Superseded)
+	require.Equal(t, 1, sum.Calls)
+	status, via, _ := b.intent(t, "in_old")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaSuperseded, via)
+	require.Equal(t, map[string]string{handlers.LastPaidInvoiceKey: "in_new"}, b.stripe.Metadata("cus_1"))
+}
+
+// A 400 idempotency_error (the key was used before with other parameters:
+// that earlier request ran, and may have changed the customer) parks the
+// intent as not refused: an operator's retry keeps the key, it does not
+// send under a new one as if Stripe had changed nothing.
+func TestIdempotencyErrorParksNotRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: b.stripe.URL})
+	require.NoError(t, err)
+	_, err = api.UpdateCustomerMetadata(context.Background(), "cus_1", map[string]string{"other": "x"}, handlers.CustomerMetadataKey("in_1"))
+	require.NoError(t, err)
+	s := b.sender(t, testConfig())
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Parked)
+	var refused bool
+	var lastError string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT refused, last_error FROM writeback_intents").Scan(&refused, &lastError))
+	require.False(t, refused, "an idempotency_error means an earlier request with the key ran")
+	require.Contains(t, lastError, "idempotency_error")
+	ok, err := writeback.RetryParked(context.Background(), b.db.Pool, b.intentID(t, "in_1"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "key_generation = 0"), "the retry keeps the key")
+}
+
+// A 409 (idempotency_key_in_use: a concurrent request with the key is
+// running) is ambiguous: retried with the same key, applied once.
+func TestConflict409RetriedWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1")
+	b.pay(t, "in_1", "cus_1")
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: http.StatusConflict})
+	s := b.sender(t, testConfig())
+	require.Equal(t, 1, b.run(t, s).Retried)
+	b.runUntilSettled(t, s)
+	status, via, attempts := b.intent(t, "in_1")
+	require.Equal(t, "done", status)
+	require.Equal(t, writeback.ViaCall, via)
+	require.Equal(t, 2, attempts)
+	ps := posts(b.stripe.Requests())
+	require.Len(t, ps, 2)
+	for _, p := range ps {
+		require.Equal(t, handlers.CustomerMetadataKey("in_1"), p.IdempotencyKey)
+	}
+	require.Equal(t, 1, b.stripe.AppliedTotal())
+}
+
+// testClock is a sender clock a test moves.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// An intent is sent only while at least twice the call timeout of its
+// claim's lease is left: when the first call of a batch took the lease's
+// time, the second intent is given back uncounted, not sent while another
+// sender may claim it; the next run sends it under a fresh lease.
+func TestNotSentWhenTooLittleOfTheLeaseIsLeft(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1", "cus_2")
+	b.pay(t, "in_1", "cus_1")
+	b.pay(t, "in_2", "cus_2")
+	cfg := testConfig()
+	clock := &testClock{t: time.Now()}
+	// The first POST takes the lease's time (on the sender's clock).
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.stripe.ServeHTTP(w, r)
+		if r.Method == http.MethodPost && len(posts(b.stripe.Requests())) == 1 {
+			clock.Add(cfg.Lease)
+		}
+	}))
+	t.Cleanup(slow.Close)
+	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: slow.URL})
+	require.NoError(t, err)
+	s, err := writeback.New(writeback.DBStore{DB: b.db.Pool}, api, cfg, nil, nil)
+	require.NoError(t, err)
+	s.Clock = clock.Now
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Calls)
+	require.Equal(t, 1, sum.LeaseShort)
+	status, _, attempts := b.intent(t, "in_2")
+	require.Equal(t, "pending", status)
+	require.Equal(t, 0, attempts, "given back uncounted")
+	require.Len(t, posts(b.stripe.Requests()), 1)
+	sum = b.run(t, s)
+	require.Equal(t, 1, sum.Calls)
+	status, _, _ = b.intent(t, "in_2")
+	require.Equal(t, "done", status)
+}
+
+// After a 429, the intents left in the batch are due when the pause ends,
+// not at once; and a 2xx resets the 429 backoff: the next 429's pause is
+// the first step's again.
+func TestThrottledPauseDelaysTheBatchAndA2xxResetsTheBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1", "cus_2", "cus_3")
+	b.pay(t, "in_1", "cus_1")
+	b.pay(t, "in_2", "cus_2")
+	cfg := testConfig()
+	cfg.BackoffBase, cfg.BackoffCap = time.Hour, 8*time.Hour
+	s := b.sender(t, cfg)
+	s.Jitter = func() float64 { return 0 } // backoff(n) = base·2^(n−1) / 2
+	clock := &testClock{t: time.Now()}
+	s.Clock = clock.Now
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: 429})
+	sum := b.run(t, s)
+	require.Equal(t, 1, sum.Throttled)
+	require.Equal(t, 2, b.db.Count(t, "writeback_intents", "status = 'pending' AND attempts = 0 AND available_at >= now() + interval '29 minutes'"),
+		"both due when the 30-minute pause ends")
+
+	clock.Add(time.Hour)
+	_, err := b.db.Pool.Exec(context.Background(), "UPDATE writeback_intents SET available_at = now()")
+	require.NoError(t, err)
+	sum = b.run(t, s)
+	require.Equal(t, 2, sum.Done)
+
+	b.pay(t, "in_3", "cus_3")
+	b.stripe.Fail(stripeapitest.Fault{Method: http.MethodPost, Status: 429})
+	clock.Add(time.Hour)
+	require.Equal(t, 1, b.run(t, s).Throttled)
+	require.Equal(t, 1, b.db.Count(t, "writeback_intents", "status = 'pending' AND available_at < now() + interval '45 minutes'"),
+		"a 2xx reset the backoff: 30 minutes again, not an hour")
 }
