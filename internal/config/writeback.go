@@ -26,7 +26,7 @@ type LocalWriteback struct {
 // (the API's base URL, default Stripe's; a stand-in's in tests) and
 // WRITEBACK_INTERVAL (default 2s: how often the sender runs), and the
 // sender's WRITEBACK_CLAIM_LIMIT (10), WRITEBACK_LEASE (2m),
-// WRITEBACK_CALL_TIMEOUT (20s; below the lease), WRITEBACK_MAX_ATTEMPTS
+// WRITEBACK_CALL_TIMEOUT (20s; the lease is at least twice it), WRITEBACK_MAX_ATTEMPTS
 // (25), WRITEBACK_BACKOFF_BASE (10s) and WRITEBACK_BACKOFF_CAP (1h), as the
 // outbox relay's OUTBOX_* settings (the fault suite shortens them so that a
 // killed worker's claims come back in seconds).
