@@ -37,10 +37,9 @@ func loadLocal(t *testing.T, addr string, env map[string]string) config.Local {
 	return cfg
 }
 
-// startRunner runs the local runner with cfg until the test ends (it must
-// then stop cleanly) and returns a function that delivers a payload to its
-// webhook at addr, signed with whsec_test, once it listens.
-func startRunner(t *testing.T, cfg config.Local, addr string) (deliver func(payload []byte)) {
+// runUntilCleanup runs the local runner with cfg until the test ends; it
+// must then stop cleanly.
+func runUntilCleanup(t *testing.T, cfg config.Local) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -49,6 +48,14 @@ func startRunner(t *testing.T, cfg config.Local, addr string) (deliver func(payl
 		cancel()
 		require.NoError(t, <-done, "the runner stops cleanly when cancelled")
 	})
+}
+
+// startRunner runs the local runner with cfg until the test ends (it must
+// then stop cleanly) and returns a function that delivers a payload to its
+// webhook at addr, signed with whsec_test, once it listens.
+func startRunner(t *testing.T, cfg config.Local, addr string) (deliver func(payload []byte)) {
+	t.Helper()
+	runUntilCleanup(t, cfg)
 	return func(payload []byte) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
