@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/stripe-inbox/inbox/internal/inbox"
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
-	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/storecall"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
@@ -150,33 +147,23 @@ type Opener = storecall.Opener
 // to come from the reconciler (nothing was read or written).
 var ErrRefused = errors.New("refused: the request is not proven to come from the reconciler")
 
-// ProvenStore is the store function's Lambda handler: it serves a request
-// only once Proofs has proven that the reconciler's role sent it. Anyone else
-// who may invoke the function (a role with lambda:InvokeFunction on "*")
-// is refused before the database is touched, and the refusal is logged and
-// counted: InvokeProofRefused (alarmed), with one more line by Reason
-// (missing, malformed, stale, forged, principal; see storecall.Guard).
-type ProvenStore struct {
-	Store   StoreHandler
-	Proofs  Opener
-	Metrics *metrics.Emitter // may be nil
-	Logger  *slog.Logger     // may be nil
+// ProvenStore is the store function's Lambda handler (storecall.Proven): it
+// serves a request only once Proofs has proven that the reconciler's role
+// sent it. Anyone else who may invoke the function (a role with
+// lambda:InvokeFunction on "*") is refused before the database is touched,
+// and the refusal is logged and counted: InvokeProofRefused (alarmed), with
+// one more line by Reason (missing, malformed, stale, forged, principal).
+type ProvenStore = storecall.Proven[StoreRequest, StoreResponse, StoreHandler]
+
+// Guard implements storecall.Handler.
+func (StoreHandler) Guard() storecall.Guard {
+	return storecall.Guard{
+		Audience: StoreAudience, Name: "the store function", ErrRefused: ErrRefused, ErrBadRequest: ErrBadStoreRequest,
+		RefusedLog: "store request refused: not proven to come from the reconciler", ProvenLog: "proven store request",
+	}
 }
 
-// Invoke serves one invocation.
-func (p ProvenStore) Invoke(ctx context.Context, env invokeproof.Envelope) (StoreResponse, error) {
-	req, id, err := storecall.Open[StoreRequest](ctx, storecall.Guard{
-		Audience: StoreAudience, Proofs: p.Proofs, Metrics: p.Metrics, Logger: p.Logger,
-		Name:          "the store function",
-		RefusedLog:    "store request refused: not proven to come from the reconciler",
-		ErrRefused:    ErrRefused,
-		ErrBadRequest: ErrBadStoreRequest,
-	}, env)
-	if err != nil {
-		return StoreResponse{}, err
-	}
-	if p.Logger != nil {
-		p.Logger.DebugContext(ctx, "proven store request", "op", req.Op, "endpoint", req.Endpoint, "principal", id.ARN)
-	}
-	return p.Store.Handle(ctx, req)
+// LogAttrs implements storecall.Handler.
+func (StoreHandler) LogAttrs(req StoreRequest) []any {
+	return []any{"op", req.Op, "endpoint", req.Endpoint}
 }

@@ -7,10 +7,11 @@
 //
 //   - Caller, outside the VPC: signs the request (Prover), invokes the store
 //     function, and decodes its answer or says how it failed.
-//   - Guard, inside the VPC: opens the proven request (Opener), refuses one
-//     that is not proven to come from the admitted role (logged and counted:
-//     InvokeProofRefused, and again by Reason), and decodes the request
-//     strictly (unknown fields refused).
+//   - Proven, inside the VPC: the store function's Lambda handler. It opens
+//     the proven request (Opener), refuses one that is not proven to come
+//     from the admitted role (logged and counted: InvokeProofRefused, and
+//     again by Reason), decodes the request strictly (unknown fields
+//     refused) and hands it to the feature's Handler.
 //
 // Each feature keeps its own protocol (its request and response types, its
 // operations and their bounds), audience and error values; only the
@@ -112,6 +113,8 @@ type Guard struct {
 	Name string
 	// RefusedLog is the warning logged with each refusal.
 	RefusedLog string
+	// ProvenLog is the debug line of each proven request (Proven).
+	ProvenLog string
 	// ErrRefused is wrapped, with the reason, by a refusal's error.
 	ErrRefused error
 	// ErrBadRequest is wrapped by the error of a payload that is not a
@@ -153,4 +156,39 @@ func (g Guard) refused(ctx context.Context, reason string, err error) {
 	one := metrics.Metric{Name: "InvokeProofRefused", Value: 1, Unit: metrics.Count}
 	_ = g.Metrics.Emit(nil, one)
 	_ = g.Metrics.Emit(map[string]string{"Reason": reason}, one)
+}
+
+// Handler serves a store function's requests (the feature's protocol), and
+// says how its Proven handler guards them.
+type Handler[Req, Res any] interface {
+	Handle(ctx context.Context, req Req) (Res, error)
+	// Guard is the static part of the Guard: Audience, Name, RefusedLog,
+	// ProvenLog, ErrRefused, ErrBadRequest.
+	Guard() Guard
+	// LogAttrs are the attributes of the debug line of a proven request.
+	LogAttrs(req Req) []any
+}
+
+// Proven is a store function's Lambda handler: it serves a request with
+// Store only once Proofs has proven that the admitted role sent it (Guard).
+type Proven[Req, Res any, H Handler[Req, Res]] struct {
+	Store   H
+	Proofs  Opener
+	Metrics *metrics.Emitter // may be nil
+	Logger  *slog.Logger     // may be nil
+}
+
+// Invoke serves one invocation.
+func (p Proven[Req, Res, H]) Invoke(ctx context.Context, env invokeproof.Envelope) (Res, error) {
+	g := p.Store.Guard()
+	g.Proofs, g.Metrics, g.Logger = p.Proofs, p.Metrics, p.Logger
+	req, id, err := Open[Req](ctx, g, env)
+	if err != nil {
+		var zero Res
+		return zero, err
+	}
+	if p.Logger != nil {
+		p.Logger.DebugContext(ctx, g.ProvenLog, append(p.Store.LogAttrs(req), "principal", id.ARN)...)
+	}
+	return p.Store.Handle(ctx, req)
 }

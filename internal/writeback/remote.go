@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
-	"github.com/stripe-inbox/inbox/internal/metrics"
 	"github.com/stripe-inbox/inbox/internal/storecall"
 )
 
@@ -124,36 +121,24 @@ type Opener = storecall.Opener
 // to come from the writeback function (nothing was read or written).
 var ErrRefused = errors.New("refused: the request is not proven to come from the write-back sender")
 
-// ProvenStore is the writebackstore function's Lambda handler: it serves a
-// request only once Proofs has proven that the writeback function's role
-// sent it. Anyone else who may invoke the function is refused before the
-// database is touched, and the refusal is logged and counted:
-// InvokeProofRefused (alarmed), with one more line by Reason
-// (storecall.Guard).
-type ProvenStore struct {
-	Store   StoreHandler
-	Proofs  Opener
-	Metrics *metrics.Emitter // may be nil
-	Logger  *slog.Logger     // may be nil
+// ProvenStore is the writebackstore function's Lambda handler
+// (storecall.Proven): it serves a request only once Proofs has proven that
+// the writeback function's role sent it. Anyone else who may invoke the
+// function is refused before the database is touched, and the refusal is
+// logged and counted: InvokeProofRefused (alarmed), with one more line by
+// Reason.
+type ProvenStore = storecall.Proven[StoreRequest, StoreResponse, StoreHandler]
+
+// Guard implements storecall.Handler.
+func (StoreHandler) Guard() storecall.Guard {
+	return storecall.Guard{
+		Audience: StoreAudience, Name: "the write-back store function", ErrRefused: ErrRefused, ErrBadRequest: ErrBadStoreRequest,
+		RefusedLog: "write-back store request refused: not proven to come from the write-back sender", ProvenLog: "proven write-back store request",
+	}
 }
 
-// Invoke serves one invocation.
-func (p ProvenStore) Invoke(ctx context.Context, env invokeproof.Envelope) (StoreResponse, error) {
-	req, id, err := storecall.Open[StoreRequest](ctx, storecall.Guard{
-		Audience: StoreAudience, Proofs: p.Proofs, Metrics: p.Metrics, Logger: p.Logger,
-		Name:          "the write-back store function",
-		RefusedLog:    "write-back store request refused: not proven to come from the write-back sender",
-		ErrRefused:    ErrRefused,
-		ErrBadRequest: ErrBadStoreRequest,
-	}, env)
-	if err != nil {
-		return StoreResponse{}, err
-	}
-	if p.Logger != nil {
-		p.Logger.DebugContext(ctx, "proven write-back store request", "op", req.Op, "principal", id.ARN)
-	}
-	return p.Store.Handle(ctx, req)
-}
+// LogAttrs implements storecall.Handler.
+func (StoreHandler) LogAttrs(req StoreRequest) []any { return []any{"op", req.Op} }
 
 // Invoker is the part of the Lambda client RemoteStore uses
 // (storecall.Invoker).
