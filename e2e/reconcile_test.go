@@ -3,10 +3,8 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -26,44 +24,20 @@ const reconcileRole = "e2e-reconcile-role"
 
 // reconcilerPrincipal is the reconciler function's identity in the STS
 // stand-in: its environment's fake credentials.
-var reconcilerPrincipal = ststest.Principal{
-	AccessKeyID:     fakeAccessKey,
-	SecretAccessKey: "e2e-fake-secret-access-key",
-	ARN:             "arn:aws:sts::" + ststest.Account + ":assumed-role/" + reconcileRole + "/inbox-reconcile",
-	UserID:          "AROAE2ERECONCILE:inbox-reconcile",
-}
+var reconcilerPrincipal = callerPrincipal(reconcileRole, "inbox-reconcile", "AROAE2ERECONCILE:inbox-reconcile")
 
 // storeEnv is the environment the CDK stack gives the reconciler's store
 // function, with the test's database and the STS stand-in it verifies
 // proofs with.
 func storeEnv(db *pgtest.Database, sts *ststest.Server) map[string]string {
-	return map[string]string{
-		"DATABASE_URL":         db.URL,
-		"RECONCILE_ENDPOINTS":  "billing",
-		"RECONCILER_ROLE_ARN":  ststest.RoleARN(reconcileRole),
-		"AWS_ENDPOINT_URL_STS": sts.URL,
-		"DB_MAX_CONNS":         "2",
-		"METRICS_NAMESPACE":    "StripeInboxE2E",
-		"METRICS_DIMENSIONS":   "Stage=e2e",
-		"AWS_REGION":           "us-east-1",
-	}
+	return storeFunctionEnv(db, sts, "RECONCILER_ROLE_ARN", reconcileRole, map[string]string{"RECONCILE_ENDPOINTS": "billing"})
 }
 
 // provenStoreRequest is req as the reconciler sends it: in an envelope with its
 // proof, signed with who's credentials for the STS stand-in.
 func provenStoreRequest(t *testing.T, sts *ststest.Server, who ststest.Principal, req reconcile.StoreRequest, at time.Time) []byte {
 	t.Helper()
-	signer := invokeproof.NewSigner(sts.Config(who))
-	signer.Now = func() time.Time { return at }
-	env, err := signer.Sign(context.Background(), reconcile.StoreAudience, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return provenRequest(t, sts, who, reconcile.StoreAudience, req, at)
 }
 
 // TestReconcileStoreFunction: the in-VPC store function's binary, invoked
@@ -198,10 +172,6 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 	db := pgtest.DB(t)
 	sts := ststest.New(t, reconcilerPrincipal)
 	store := emulate(t, "reconcilestore", storeEnv(db, sts), 20*time.Second)
-	u, err := url.Parse(store.InvokeURL)
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	api := fakeapi.New("rk_test_e2e")
 	t.Cleanup(api.Close)
@@ -215,25 +185,16 @@ func TestReconcilerHandsPagesToTheStoreFunction(t *testing.T) {
 	// stack's placeholder is there first.
 	keyARN := secretARNPrefix + "stripe-api-key-" + randomHex(4)
 	sm := newSecretStore(t, map[string]string{keyARN: "PLACEHOLDER: store a Stripe restricted key"})
-	rec := emulate(t, "reconcile", map[string]string{
+	rec := emulate(t, "reconcile", callerEnv(t, store, sts, map[string]string{
 		"STRIPE_API_KEY_SECRET_ARN":        keyARN,
 		"AWS_ENDPOINT_URL_SECRETS_MANAGER": sm.URL,
 		"STRIPE_API_BASE":                  api.URL,
-		"STORE_FUNCTION":                   "function", // the emulator's function name in its invoke path
-		"AWS_ENDPOINT_URL_LAMBDA":          "http://" + u.Host,
-		"AWS_ENDPOINT_URL_STS":             sts.URL, // what it signs its proofs for
-		"AWS_ACCESS_KEY_ID":                fakeAccessKey,
-		"AWS_SECRET_ACCESS_KEY":            "e2e-fake-secret-access-key",
-		"AWS_REGION":                       "us-east-1",
 		"RECONCILE_ENDPOINT":               "billing",
 		"STRIPE_MODE":                      "test",
 		"RECONCILE_RATE":                   "100",
 		"RECONCILE_LOOKBACK":               "4h",
 		"RECONCILE_SLICE":                  "3d", // a probe of [-4h, -1h) has more; [-4h, -2h30m) holds 65; then 85 after them
-		"DEADLINE_MARGIN":                  "3s",
-		"METRICS_NAMESPACE":                "StripeInboxE2E",
-		"METRICS_DIMENSIONS":               "Stage=e2e",
-	}, 20*time.Second)
+	}), 20*time.Second)
 
 	// Until an operator stores a key, the function refuses to start and
 	// says what to do.

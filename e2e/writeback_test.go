@@ -5,7 +5,6 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -22,26 +21,11 @@ import (
 // (WRITEBACK_ROLE_ARN).
 const writebackRole = "e2e-writeback-role"
 
-var writebackPrincipal = ststest.Principal{
-	AccessKeyID:     fakeAccessKey,
-	SecretAccessKey: "e2e-fake-secret-access-key",
-	ARN:             "arn:aws:sts::" + ststest.Account + ":assumed-role/" + writebackRole + "/inbox-writeback",
-	UserID:          "AROAE2EWRITEBACK:inbox-writeback",
-}
+var writebackPrincipal = callerPrincipal(writebackRole, "inbox-writeback", "AROAE2EWRITEBACK:inbox-writeback")
 
 func provenWritebackRequest(t *testing.T, sts *ststest.Server, who ststest.Principal, audience string, req writeback.StoreRequest, at time.Time) []byte {
 	t.Helper()
-	signer := invokeproof.NewSigner(sts.Config(who))
-	signer.Now = func() time.Time { return at }
-	env, err := signer.Sign(context.Background(), audience, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return provenRequest(t, sts, who, audience, req, at)
 }
 
 // TestWritebackStoreFunction: the in-VPC write-back store's binary, under
@@ -55,15 +39,7 @@ func TestWritebackStoreFunction(t *testing.T) {
 	db := pgtest.DB(t)
 	developer := ststest.RoleSession("Developer", "dev@example.com", "ASIAE2EDEVELOPER")
 	sts := ststest.New(t, writebackPrincipal, developer)
-	em := emulate(t, "writebackstore", map[string]string{
-		"DATABASE_URL":         db.URL,
-		"WRITEBACK_ROLE_ARN":   ststest.RoleARN(writebackRole),
-		"AWS_ENDPOINT_URL_STS": sts.URL,
-		"DB_MAX_CONNS":         "2",
-		"METRICS_NAMESPACE":    "StripeInboxE2E",
-		"METRICS_DIMENSIONS":   "Stage=e2e",
-		"AWS_REGION":           "us-east-1",
-	}, 20*time.Second)
+	em := emulate(t, "writebackstore", storeFunctionEnv(db, sts, "WRITEBACK_ROLE_ARN", writebackRole, nil), 20*time.Second)
 	if _, err := db.Pool.Exec(context.Background(), `
 INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id)
 VALUES ('customer_metadata', 'cus_1', '{"metadata": {"k": "v"}}', 'inbox:customer_metadata:in_1:payment', 'evt_1')`); err != nil {
@@ -130,18 +106,7 @@ func TestWritebackSenderSendsThroughTheStoreFunction(t *testing.T) {
 	setup(t).binary(t, "writebackstore")
 	db := pgtest.DB(t)
 	sts := ststest.New(t, writebackPrincipal)
-	store := emulate(t, "writebackstore", map[string]string{
-		"DATABASE_URL":         db.URL,
-		"WRITEBACK_ROLE_ARN":   ststest.RoleARN(writebackRole),
-		"AWS_ENDPOINT_URL_STS": sts.URL,
-		"DB_MAX_CONNS":         "2",
-		"METRICS_NAMESPACE":    "StripeInboxE2E",
-		"AWS_REGION":           "us-east-1",
-	}, 20*time.Second)
-	u, err := url.Parse(store.InvokeURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := emulate(t, "writebackstore", storeFunctionEnv(db, sts, "WRITEBACK_ROLE_ARN", writebackRole, nil), 20*time.Second)
 	api := stripeapitest.New("cus_1")
 	t.Cleanup(api.Close)
 	if _, err := db.Pool.Exec(context.Background(), `
@@ -149,19 +114,10 @@ INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id)
 VALUES ('customer_metadata', 'cus_1', '{"metadata": {"inbox_last_paid_invoice": "in_1"}}', 'inbox:customer_metadata:in_1:payment', 'evt_1')`); err != nil {
 		t.Fatal(err)
 	}
-	sender := emulate(t, "writeback", map[string]string{
-		"STRIPE_API_KEY":          stripeapitest.Key, // the stand-in's; in AWS a restricted key from Secrets Manager
-		"STRIPE_API_BASE":         api.URL,
-		"STORE_FUNCTION":          "function", // the emulator's function name in its invoke path
-		"AWS_ENDPOINT_URL_LAMBDA": "http://" + u.Host,
-		"AWS_ENDPOINT_URL_STS":    sts.URL,
-		"AWS_ACCESS_KEY_ID":       fakeAccessKey,
-		"AWS_SECRET_ACCESS_KEY":   "e2e-fake-secret-access-key",
-		"AWS_REGION":              "us-east-1",
-		"DEADLINE_MARGIN":         "3s",
-		"METRICS_NAMESPACE":       "StripeInboxE2E",
-		"METRICS_DIMENSIONS":      "Stage=e2e",
-	}, 20*time.Second)
+	sender := emulate(t, "writeback", callerEnv(t, store, sts, map[string]string{
+		"STRIPE_API_KEY":  stripeapitest.Key, // the stand-in's; in AWS a restricted key from Secrets Manager
+		"STRIPE_API_BASE": api.URL,
+	}), 20*time.Second)
 
 	resp := invoke(t, sender, scheduledEvent("writeback"))
 	var sum writeback.Summary

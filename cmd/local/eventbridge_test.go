@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -26,22 +23,12 @@ import (
 func TestLocalEventBridgeContract(t *testing.T) {
 	t.Parallel()
 	db := pgtest.DB(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	cfg, err := config.LoadLocal(configtest.MapEnv(map[string]string{
-		"DATABASE_URL": db.URL, "LISTEN_ADDR": addr, "STRIPE_WEBHOOK_SECRET": "whsec_test",
+	addr := freeAddr(t)
+	cfg := loadLocal(t, addr, map[string]string{
+		"DATABASE_URL": db.URL, "STRIPE_WEBHOOK_SECRET": "whsec_test",
 		"LOCAL_COMPONENTS": "webhook,worker", "WORKER_INTERVAL": "100ms", "POLL_INTERVAL": "0",
-	}))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil))) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
 	})
+	runUntilCleanup(t, cfg)
 	post := func(path string, body []byte, header map[string]string) (int, map[string]string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -87,7 +74,7 @@ func TestLocalEventBridgeContract(t *testing.T) {
 
 	// A transient failure: the store statement fails (its table is
 	// renamed away for a moment); the caller is told to retry.
-	_, err = db.Pool.Exec(context.Background(), "ALTER TABLE webhook_inbox RENAME TO webhook_inbox_away")
+	_, err := db.Pool.Exec(context.Background(), "ALTER TABLE webhook_inbox RENAME TO webhook_inbox_away")
 	require.NoError(t, err)
 	code, out = post("/_eventbridge", stripetest.EventBridge("eb-5", stripetest.EventBridgeSource,
 		stripetest.Event("evt_local_eb2", "invoice.paid", stripetest.Invoice("in_2", "cus_1", "paid", 1))), nil)

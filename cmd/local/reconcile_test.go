@@ -1,19 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-inbox/inbox/internal/config"
-	"github.com/stripe-inbox/inbox/internal/config/configtest"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
 	"github.com/stripe-inbox/inbox/internal/reconcile/fakeapi"
@@ -44,42 +36,14 @@ func TestHalfDeliveredHalfReconciledAppliesOnce(t *testing.T) {
 	// What the webhook never got is on the list from the start.
 	api.Add(paid, refunded)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	cfg, err := config.LoadLocal(configtest.MapEnv(map[string]string{
-		"DATABASE_URL": db.URL, "LISTEN_ADDR": addr, "STRIPE_WEBHOOK_SECRET": "whsec_test",
+	addr := freeAddr(t)
+	cfg := loadLocal(t, addr, map[string]string{
+		"DATABASE_URL": db.URL, "STRIPE_WEBHOOK_SECRET": "whsec_test",
 		"LOCAL_COMPONENTS": "webhook,worker,reconcile", "WORKER_INTERVAL": "100ms", "POLL_INTERVAL": "0",
 		"STRIPE_API_KEY": fakeapi.Key, "STRIPE_API_BASE": api.URL, "RECONCILE_INTERVAL": "1s", "RECONCILE_RATE": "100",
-	}))
-	require.NoError(t, err)
-	require.True(t, cfg.Runs("reconcile"))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil))) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done, "the runner stops cleanly when cancelled")
 	})
-	deliver := func(payload []byte) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/billing", bytes.NewReader(payload))
-			require.NoError(t, err)
-			req.Header.Set("Stripe-Signature", stripetest.Sign(payload, time.Now(), "whsec_test"))
-			res, err := http.DefaultClient.Do(req)
-			if err == nil {
-				_ = res.Body.Close()
-				require.Equal(t, http.StatusOK, res.StatusCode)
-				return
-			}
-			require.True(t, time.Now().Before(deadline), "the webhook never listened: %v", err)
-			time.Sleep(10 * time.Millisecond) // waiting for the listener, not for time to pass
-		}
-	}
+	require.True(t, cfg.Runs("reconcile"))
+	deliver := startRunner(t, cfg, addr)
 	deliver(created)
 	deliver(finalized)
 	// Stripe lists these too; the reconciler's next runs find them present.

@@ -1,14 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -30,43 +23,15 @@ func TestLocalRunnerSendsWritebacksToTheBaseURL(t *testing.T) {
 	api := stripeapitest.New("cus_1")
 	t.Cleanup(api.Close)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	cfg, err := config.LoadLocal(configtest.MapEnv(map[string]string{
-		"DATABASE_URL": db.URL, "LISTEN_ADDR": addr, "STRIPE_WEBHOOK_SECRET": "whsec_test",
+	addr := freeAddr(t)
+	cfg := loadLocal(t, addr, map[string]string{
+		"DATABASE_URL": db.URL, "STRIPE_WEBHOOK_SECRET": "whsec_test",
 		"LOCAL_COMPONENTS": "webhook,worker", "WORKER_INTERVAL": "100ms", "POLL_INTERVAL": "0",
 		"WRITEBACKS": "customer_metadata", "STRIPE_API_KEY": stripeapitest.Key, "STRIPE_API_BASE": api.URL, "WRITEBACK_INTERVAL": "100ms",
-	}))
-	require.NoError(t, err)
+	})
 	require.True(t, cfg.Writeback.Enabled)
 	require.False(t, cfg.Runs("reconcile"))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil))) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done, "the runner stops cleanly when cancelled")
-	})
-	deliver := func(payload []byte) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/billing", bytes.NewReader(payload))
-			require.NoError(t, err)
-			req.Header.Set("Stripe-Signature", stripetest.Sign(payload, time.Now(), "whsec_test"))
-			res, err := http.DefaultClient.Do(req)
-			if err == nil {
-				_ = res.Body.Close()
-				require.Equal(t, http.StatusOK, res.StatusCode)
-				return
-			}
-			require.True(t, time.Now().Before(deadline), "the webhook never listened: %v", err)
-			time.Sleep(10 * time.Millisecond) // waiting for the listener, not for time to pass
-		}
-	}
+	deliver := startRunner(t, cfg, addr)
 	inv := stripetest.Invoice("in_1", "cus_1", "paid", 1000)
 	first := stripetest.Event("evt_paid_1", "invoice.paid", inv)
 	second := stripetest.Event("evt_paid_2", "invoice.paid", inv) // another Event object for the payment

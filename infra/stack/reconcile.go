@@ -2,17 +2,10 @@ package stack
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -48,16 +41,8 @@ const APIKeyPlaceholder = "PLACEHOLDER: store a Stripe restricted key with read 
 const ReconcileTimeout = 10 * 60
 
 func (b *builder) reconcile() {
-	b.apiKey = awssecretsmanager.NewSecret(b.stack, jsii.String("StripeApiKey"), &awssecretsmanager.SecretProps{
-		Description:       jsii.String("Stripe restricted API key (rk_...) with read access to events, for the reconciler"),
-		SecretStringValue: awscdk.SecretValue_UnsafePlainText(jsii.String(APIKeyPlaceholder)),
-		RemovalPolicy:     b.removal(),
-	})
-	suppress(b.apiKey, false, suppression{
-		id: "AwsSolutions-SMG4",
-		reason: "Stripe issues the restricted key and only Stripe can roll it; operators roll it in the Stripe dashboard " +
-			"and store the new key (the reconciler reads it at each cold start, and again when Stripe answers 401)",
-	})
+	b.apiKey = b.stripeKey("StripeApiKey", "Stripe restricted API key (rk_...) with read access to events, for the reconciler",
+		APIKeyPlaceholder, "the reconciler reads it at each cold start, and again when Stripe answers 401")
 
 	store := b.newFunction(function{
 		name:        "reconcilestore",
@@ -75,59 +60,27 @@ func (b *builder) reconcile() {
 	})
 	b.functions["reconcilestore"] = store
 
-	id := OutputID("reconcile")
-	logs := awslogs.NewLogGroup(b.stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
-		Retention:     retention(b.s.LogRetentionDays),
-		RemovalPolicy: b.removal(),
-	})
-	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
-		// A fixed name: cmd/reconcile --stage NAME invokes
-		// StripeInbox-NAME-reconcile.
-		FunctionName: jsii.String(b.s.StackName() + "-reconcile"),
-		Description:  jsii.String("Lists Stripe's Events API and hands missing events to the store function (outside the VPC)"),
-		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
-		Architecture: awslambda.Architecture_ARM_64(),
-		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(b.s.AssetsDir, "reconcile")), nil),
-		MemorySize:   jsii.Number(256),
-		Timeout:      awscdk.Duration_Seconds(jsii.Number(ReconcileTimeout)),
+	// cmd/reconcile --stage NAME invokes StripeInbox-NAME-reconcile.
+	fn := b.newStripeCaller(stripeCaller{
+		name:        "reconcile",
+		description: "Lists Stripe's Events API and hands missing events to the store function (outside the VPC)",
+		timeout:     ReconcileTimeout,
 		// The schedule and one backfill (cmd/reconcile --stage); each
 		// stays under RECONCILE_RATE requests per second.
-		ReservedConcurrentExecutions: jsii.Number(2),
-		Environment: &map[string]*string{
-			"STRIPE_API_KEY_SECRET_ARN": b.apiKey.SecretArn(),
-			"STORE_FUNCTION":            store.FunctionName(),
-			"RECONCILE_ENDPOINT":        jsii.String(b.s.ReconcileEndpoint),
-			"STRIPE_MODE":               jsii.String(b.s.StripeMode),
-			"RECONCILE_RATE":            jsii.String("5"),
-			"METRICS_NAMESPACE":         jsii.String(b.s.MetricsNamespace),
-			"METRICS_DIMENSIONS":        jsii.String("Stage=" + b.s.Stage),
+		reserved:    2,
+		maxEventAge: awscdk.Duration_Minutes(jsii.Number(10)),
+		key:         b.apiKey,
+		store:       store,
+		env: map[string]*string{
+			"RECONCILE_ENDPOINT": jsii.String(b.s.ReconcileEndpoint),
+			"RECONCILE_RATE":     jsii.String("5"),
 		},
-		LogGroup:      logs,
-		LoggingFormat: awslambda.LoggingFormat_JSON,
-		// Scheduled: no async retries; the next tick covers a failed run
-		// (see newFunction).
-		RetryAttempts: jsii.Number(0),
-		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(10)),
 	})
-	b.functions["reconcile"] = fn
-	b.apiKey.GrantRead(fn, nil)
-	// Exactly the store function, unqualified (the reconciler invokes it by
-	// name): no version or alias wildcard.
-	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings("lambda:InvokeFunction"),
-		Resources: jsii.Strings(*store.FunctionArn()),
-	}))
+	// The store function admits only the reconciler: security.go
+	// (storeInvokers), once every function exists.
 
-	awsevents.NewRule(b.stack, jsii.String("ReconcileSchedule"), &awsevents.RuleProps{
-		Description: jsii.String("Reconciles the inbox against Stripe's Events API"),
-		Schedule:    awsevents.Schedule_Expression(jsii.String(b.s.ReconcileSchedule)),
-		Enabled:     jsii.Bool(b.s.Reconcile),
-		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(fn, &awseventstargets.LambdaFunctionProps{
-			RetryAttempts: jsii.Number(0),
-			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(10)),
-		})},
-	})
+	b.schedule("ReconcileSchedule", "Reconciles the inbox against Stripe's Events API", b.s.ReconcileSchedule, b.s.Reconcile,
+		fn, awscdk.Duration_Minutes(jsii.Number(10)))
 
 	awscdk.NewCfnOutput(b.stack, jsii.String("StripeApiKeySecretArn"), &awscdk.CfnOutputProps{
 		Description: jsii.String("Put a Stripe restricted key with read access to events (rk_...) into this secret"),

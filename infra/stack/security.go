@@ -100,34 +100,11 @@ func (b *builder) security() {
 	}
 }
 
-// storeInvokers tells the store function whose proofs to admit
-// (RECONCILER_ROLE_ARN) and gives it a resource policy that denies
-// lambda:InvokeFunction to every principal but the reconciler's role, so a
-// role allowed lambda:InvokeFunction on "*" is refused by IAM before the
-// function runs (an explicit Deny in a resource-based policy overrides an
-// identity-based Allow; Lambda accepts Deny statements in a function's full
-// JSON policy, AWS::Lambda::ResourcePolicy,
-// https://docs.aws.amazon.com/lambda/latest/dg/access-control-resource-based.html).
-// The proof stays the control the function itself enforces: it holds if the
-// policy is changed or removed.
+// storeInvokers tells the reconciler's store function whose proofs to admit
+// (RECONCILER_ROLE_ARN) and denies lambda:InvokeFunction on it to every
+// principal but the reconciler's role (onlyCallerInvokes).
 func (b *builder) storeInvokers() {
-	store, reconciler := b.functions["reconcilestore"], b.functions["reconcile"]
-	roleArn := reconciler.Role().RoleArn()
-	store.AddEnvironment(jsii.String("RECONCILER_ROLE_ARN"), roleArn, nil)
-	awslambda.NewCfnResourcePolicy(b.stack, jsii.String("ReconcilestoreInvokers"), &awslambda.CfnResourcePolicyProps{
-		ResourceArn: store.FunctionArn(),
-		PolicyDocument: map[string]any{
-			"Version": "2012-10-17",
-			"Statement": []any{map[string]any{
-				"Sid":       "OnlyTheReconcilerInvokes",
-				"Effect":    "Deny",
-				"Principal": "*",
-				"Action":    "lambda:InvokeFunction",
-				"Resource":  []any{store.FunctionArn(), awscdk.Fn_Join(jsii.String(""), &[]*string{store.FunctionArn(), jsii.String(":*")})},
-				"Condition": map[string]any{"ArnNotEquals": map[string]any{"aws:PrincipalArn": roleArn}},
-			}},
-		},
-	})
+	b.onlyCallerInvokes(b.functions["reconcilestore"], b.functions["reconcile"], "RECONCILER_ROLE_ARN", "ReconcilestoreInvokers", "OnlyTheReconcilerInvokes")
 }
 
 // outboxBusPolicy denies events:PutEvents on the outbox bus to every

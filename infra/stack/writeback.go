@@ -2,17 +2,10 @@ package stack
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/stripe-inbox/inbox/internal/handlers"
@@ -63,16 +56,8 @@ func (b *builder) writeBacks() {
 	if len(b.s.WriteBacks) == 0 {
 		return
 	}
-	key := awssecretsmanager.NewSecret(b.stack, jsii.String("StripeWritebackKey"), &awssecretsmanager.SecretProps{
-		Description:       jsii.String("Stripe restricted API key (rk_...) with Customers: Write, for the write-back sender"),
-		SecretStringValue: awscdk.SecretValue_UnsafePlainText(jsii.String(WritebackKeyPlaceholder)),
-		RemovalPolicy:     b.removal(),
-	})
-	suppress(key, false, suppression{
-		id: "AwsSolutions-SMG4",
-		reason: "Stripe issues the restricted key and only Stripe can roll it; operators roll it in the Stripe dashboard " +
-			"and store the new key (the writeback function reads it at each cold start, and again when Stripe refuses it)",
-	})
+	key := b.stripeKey("StripeWritebackKey", "Stripe restricted API key (rk_...) with Customers: Write, for the write-back sender",
+		WritebackKeyPlaceholder, "the writeback function reads it at each cold start, and again when Stripe refuses it")
 
 	store := b.newFunction(function{
 		name:        "writebackstore",
@@ -90,44 +75,18 @@ func (b *builder) writeBacks() {
 	b.functions["migrate"].AddEnvironment(jsii.String("WRITEBACK_DB_USER"), jsii.String(WritebackUser), nil)
 	b.functions["migrate"].AddEnvironment(jsii.String("WRITEBACK_DB_SECRET_ARN"), b.userSecrets["writeback"].SecretArn(), nil)
 
-	id := OutputID("writeback")
-	logs := awslogs.NewLogGroup(b.stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
-		Retention:     retention(b.s.LogRetentionDays),
-		RemovalPolicy: b.removal(),
-	})
-	fn := awslambda.NewFunction(b.stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
-		FunctionName: jsii.String(b.s.StackName() + "-writeback"),
-		Description:  jsii.String("Sends the write-backs to Stripe exactly once (outside the VPC; its store is the writebackstore function)"),
-		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
-		Architecture: awslambda.Architecture_ARM_64(),
-		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(b.s.AssetsDir, "writeback")), nil),
-		MemorySize:   jsii.Number(256),
-		Timeout:      awscdk.Duration_Seconds(jsii.Number(WritebackTimeout)),
+	fn := b.newStripeCaller(stripeCaller{
+		name:        "writeback",
+		description: "Sends the write-backs to Stripe exactly once (outside the VPC; its store is the writebackstore function)",
+		timeout:     WritebackTimeout,
 		// One run at a time: a tick that finds one running is throttled
 		// and dropped (RetryAttempts 0); the next minute's runs.
-		ReservedConcurrentExecutions: jsii.Number(1),
-		Environment: &map[string]*string{
-			"STRIPE_API_KEY_SECRET_ARN": key.SecretArn(),
-			"STORE_FUNCTION":            store.FunctionName(),
-			"STRIPE_MODE":               jsii.String(b.s.StripeMode),
-			"DEADLINE_MARGIN":           jsii.String(WritebackDeadlineMargin),
-			"METRICS_NAMESPACE":         jsii.String(b.s.MetricsNamespace),
-			"METRICS_DIMENSIONS":        jsii.String("Stage=" + b.s.Stage),
-		},
-		LogGroup:      logs,
-		LoggingFormat: awslambda.LoggingFormat_JSON,
-		RetryAttempts: jsii.Number(0),
-		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
+		reserved:    1,
+		maxEventAge: awscdk.Duration_Minutes(jsii.Number(1)),
+		key:         key,
+		store:       store,
+		env:         map[string]*string{"DEADLINE_MARGIN": jsii.String(WritebackDeadlineMargin)},
 	})
-	b.functions["writeback"] = fn
-	key.GrantRead(fn, nil)
-	// Exactly the store function, unqualified: no version or alias
-	// wildcard.
-	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings("lambda:InvokeFunction"),
-		Resources: jsii.Strings(*store.FunctionArn()),
-	}))
 	suppress(fn, true, suppression{
 		id:        "AwsSolutions-IAM4",
 		reason:    "AWSLambdaBasicExecutionRole (write to its own log group), the AWS-maintained minimum, as for every function (nag.go)",
@@ -143,33 +102,10 @@ func (b *builder) writeBacks() {
 	})
 
 	// The store admits only the sender's proofs, and its resource policy
-	// denies every other principal (as the reconciler's store,
-	// storeInvokers).
-	roleArn := fn.Role().RoleArn()
-	store.AddEnvironment(jsii.String("WRITEBACK_ROLE_ARN"), roleArn, nil)
-	awslambda.NewCfnResourcePolicy(b.stack, jsii.String("WritebackstoreInvokers"), &awslambda.CfnResourcePolicyProps{
-		ResourceArn: store.FunctionArn(),
-		PolicyDocument: map[string]any{
-			"Version": "2012-10-17",
-			"Statement": []any{map[string]any{
-				"Sid":       "OnlyTheWritebackSenderInvokes",
-				"Effect":    "Deny",
-				"Principal": "*",
-				"Action":    "lambda:InvokeFunction",
-				"Resource":  []any{store.FunctionArn(), awscdk.Fn_Join(jsii.String(""), &[]*string{store.FunctionArn(), jsii.String(":*")})},
-				"Condition": map[string]any{"ArnNotEquals": map[string]any{"aws:PrincipalArn": roleArn}},
-			}},
-		},
-	})
+	// denies every other principal (as the reconciler's store).
+	b.onlyCallerInvokes(store, fn, "WRITEBACK_ROLE_ARN", "WritebackstoreInvokers", "OnlyTheWritebackSenderInvokes")
 
-	awsevents.NewRule(b.stack, jsii.String("WritebackSchedule"), &awsevents.RuleProps{
-		Description: jsii.String("Sends the due write-backs to Stripe"),
-		Schedule:    awsevents.Schedule_Expression(jsii.String("rate(1 minute)")),
-		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(fn, &awseventstargets.LambdaFunctionProps{
-			RetryAttempts: jsii.Number(0),
-			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
-		})},
-	})
+	b.schedule("WritebackSchedule", "Sends the due write-backs to Stripe", "rate(1 minute)", true, fn, awscdk.Duration_Minutes(jsii.Number(1)))
 
 	// The worker records the intents in the booking's transaction.
 	b.functions["worker"].AddEnvironment(jsii.String("WRITEBACKS"), jsii.String(strings.Join(b.s.WriteBacks, ",")), nil)

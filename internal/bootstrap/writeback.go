@@ -3,20 +3,15 @@ package bootstrap
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/config"
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/metrics"
-	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
@@ -56,38 +51,13 @@ func (w *Writeback) Close() {
 // function (STORE_FUNCTION, a Lambda Invoke proven with this function's
 // role) or the database (DATABASE_URL).
 func NewWriteback(ctx context.Context, c config.Writeback, logger *slog.Logger, out io.Writer) (*Writeback, error) {
-	fetch := secrets.Literal
-	w := &Writeback{cfg: c, logger: logger}
-	if c.APIKeyFromSecretsManager || c.StoreFunction != "" {
-		cfg, err := awsConfig(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if c.APIKeyFromSecretsManager {
-			fetch = secrets.SecretsManager(secretsmanager.NewFromConfig(cfg))
-		}
-		if c.StoreFunction != "" {
-			// Each request to the store function carries a presigned
-			// sts:GetCallerIdentity made with this function's role.
-			w.store = writeback.RemoteStore{Lambda: lambda.NewFromConfig(cfg), Function: c.StoreFunction, Prover: invokeproof.NewSigner(cfg)}
-		}
+	sc, err := newStripeCaller(ctx, c.StripeCaller)
+	if err != nil {
+		return nil, err
 	}
-	w.fetchKey = func(ctx context.Context) (string, error) {
-		key, mode, err := secrets.FetchAPIKey(ctx, fetch, c.APIKeyRef, c.SecretFetchTimeout)
-		if err != nil {
-			return "", err
-		}
-		if c.APIKeyFromSecretsManager {
-			// In AWS only a restricted key: the function needs Customers:
-			// Write, nothing else. (A local run may use any test key.)
-			if err := secrets.CheckRestricted(key); err != nil {
-				return "", fmt.Errorf("the Stripe API key's secret: %w", err)
-			}
-		}
-		if c.Mode != "" && mode != c.Mode {
-			return "", fmt.Errorf("the Stripe API key is a %s-mode key but STRIPE_MODE=%s: store a key of the mode this deployment books", mode, c.Mode)
-		}
-		return key, nil
+	w := &Writeback{cfg: c, logger: logger, fetchKey: sc.fetchKey}
+	if sc.lambda != nil {
+		w.store = writeback.RemoteStore{Lambda: sc.lambda, Function: c.StoreFunction, Prover: sc.prover}
 	}
 	key, err := w.fetchKey(ctx)
 	if err != nil {
@@ -99,10 +69,7 @@ func NewWriteback(ctx context.Context, c config.Writeback, logger *slog.Logger, 
 		}
 		w.store = writeback.DBStore{DB: w.Pool}
 	}
-	w.metrics = metrics.New(out, c.MetricsNamespace, c.MetricsDimensions)
-	if c.MetricsPublish != nil {
-		w.metrics.Publish(c.MetricsPublish)
-	}
+	w.metrics = callerMetrics(out, c.StripeCaller)
 	if err := w.useKey(key); err != nil {
 		w.Close()
 		return nil, err
@@ -160,23 +127,7 @@ func (w *Writeback) Invoke(ctx context.Context) (writeback.Summary, error) {
 // only requests proven to come from the writeback function's role, verified
 // with the STS endpoint this environment's SDK resolves.
 func NewWritebackStore(ctx context.Context, c config.WritebackStore, logger *slog.Logger, out io.Writer) (*writeback.ProvenStore, *pgxpool.Pool, error) {
-	admit, err := invokeproof.Role(c.SenderRoleARN)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg, err := awsConfig(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	endpoint, err := invokeproof.Endpoint(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	verifier, err := invokeproof.NewVerifier(endpoint, admit, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := Pool(ctx, c.Database)
+	verifier, pool, err := newStore(ctx, c.SenderRoleARN, c.Database)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -9,11 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stripe-inbox/inbox/internal/database"
 	"github.com/stripe-inbox/inbox/internal/handlers"
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/reconcile"
-	"github.com/stripe-inbox/inbox/internal/secrets"
 )
 
 // DefaultStripeAPIBase is Stripe's API (STRIPE_API_BASE's default).
@@ -23,25 +19,9 @@ const DefaultStripeAPIBase = "https://api.stripe.com"
 // (it hands pages to the store function, STORE_FUNCTION), or a local run
 // and the backfill (they store through DATABASE_URL).
 type Reconcile struct {
-	MetricsNamespace  string
-	MetricsDimensions map[string]string
-	// MetricsPublish: see Common.MetricsPublish (METRICS_PUBLISH).
-	MetricsPublish []string
-	// Database is set when StoreFunction is not: the reconciler stores
-	// directly.
-	Database database.Config
-	// StoreFunction is the store function's name or ARN (AWS).
-	StoreFunction string
-	// APIKeyRef is the Stripe API key: a Secrets Manager ARN
-	// (APIKeyFromSecretsManager) or the key itself (local).
-	APIKeyRef                string
-	APIKeyFromSecretsManager bool
-	SecretFetchTimeout       time.Duration
-	// Mode is STRIPE_MODE when set: the key's mode must match it.
-	Mode      string
+	StripeCaller
 	Client    reconcile.ClientConfig // Key is filled once fetched
 	Reconcile reconcile.Config
-	LogLevel  slog.Level // LOG_LEVEL
 }
 
 // ReconcileStore is the store function's configuration.
@@ -89,58 +69,14 @@ func HandlerTypes() []string {
 //     SECRET_FETCH_TIMEOUT (2s).
 func LoadReconcile(env Env) (Reconcile, error) {
 	var p problems
-	var c Reconcile
-	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, "reconcile")
-	c.MetricsPublish = p.metricsPublish(env)
-	c.LogLevel = p.logLevel(env)
-
-	arn, literal := strings.TrimSpace(env("STRIPE_API_KEY_SECRET_ARN")), strings.TrimSpace(env("STRIPE_API_KEY"))
-	switch {
-	case arn != "" && literal != "":
-		p.addf("set either STRIPE_API_KEY_SECRET_ARN (AWS) or STRIPE_API_KEY (local), not both")
-	case arn != "":
-		if !strings.HasPrefix(arn, "arn:") || !strings.Contains(arn, ":secretsmanager:") {
-			p.addf("STRIPE_API_KEY_SECRET_ARN=%q: not a Secrets Manager ARN", arn)
-		}
-		c.APIKeyRef, c.APIKeyFromSecretsManager = arn, true
-	case literal != "":
-		if _, err := secrets.APIKeyMode(literal); err != nil {
-			p.addf("STRIPE_API_KEY: %v", err)
-		}
-		c.APIKeyRef = literal
-	default:
-		p.addf("no Stripe API key: set STRIPE_API_KEY=rk_test_... (local) or STRIPE_API_KEY_SECRET_ARN=arn:aws:secretsmanager:... (AWS)")
-	}
-	c.SecretFetchTimeout = p.durationIn(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 30*time.Second)
-	switch c.Mode = strings.TrimSpace(env("STRIPE_MODE")); c.Mode {
-	case "", "live", "test":
-	default:
-		p.addf("STRIPE_MODE=%q: must be live or test", c.Mode)
-	}
-	if literal != "" && c.Mode != "" {
-		if m, err := secrets.APIKeyMode(literal); err == nil && m != c.Mode {
-			p.addf("STRIPE_API_KEY is a %s-mode key but STRIPE_MODE=%s: use a key of the mode this deployment books", m, c.Mode)
-		}
-	}
+	c := Reconcile{StripeCaller: p.stripeCaller(env, "reconcile", "")}
 
 	c.Client.BaseURL = p.stripeAPIBase(env)
 	// The client's settings are checked here (no package validates them).
 	c.Client.Rate = float64(p.intIn(env, "RECONCILE_RATE", reconcile.DefaultRate, 1, reconcile.LiveReadLimit))
 	c.Client.MaxAttempts = p.intIn(env, "RECONCILE_MAX_ATTEMPTS", 8, 1, 20)
 
-	c.StoreFunction = strings.TrimSpace(env("STORE_FUNCTION"))
-	dbURL := strings.TrimSpace(env("DATABASE_URL"))
-	switch {
-	case c.StoreFunction != "" && dbURL != "":
-		p.addf("set either STORE_FUNCTION (AWS: the store function inside the VPC) or DATABASE_URL (local), not both")
-	case c.StoreFunction == "" && dbURL == "":
-		p.addf("nowhere to store: set STORE_FUNCTION (AWS) or DATABASE_URL (local)")
-	case dbURL != "":
-		c.Database = database.Config{URL: dbURL, AppName: "inbox-reconcile", MaxConns: 2}
-		if err := c.Database.Validate(); err != nil {
-			p.addf("database: %v", err)
-		}
-	}
+	p.storeOrDatabase(env, &c.StripeCaller, "the store function", "nowhere to store", "inbox-reconcile")
 
 	rc := reconcile.Config{Types: HandlerTypes()}
 	rc.Endpoint = strings.TrimSpace(env("RECONCILE_ENDPOINT"))
@@ -189,12 +125,7 @@ func (p *problems) stripeAPIBase(env Env) string {
 func LoadReconcileStore(env Env) (ReconcileStore, error) {
 	var p problems
 	c := ReconcileStore{Common: p.common(env, "reconcilestore", 2)}
-	c.ReconcilerRoleARN = strings.TrimSpace(env("RECONCILER_ROLE_ARN"))
-	if c.ReconcilerRoleARN == "" {
-		p.addf("RECONCILER_ROLE_ARN is not set: the store function serves only requests proven to come from the reconciler's role (arn:aws:iam::ACCOUNT:role/NAME; the stack sets it)")
-	} else if _, err := invokeproof.Role(c.ReconcilerRoleARN); err != nil {
-		p.addf("RECONCILER_ROLE_ARN: %v", err)
-	}
+	c.ReconcilerRoleARN = p.callerRole(env, "RECONCILER_ROLE_ARN", "the store function", "the reconciler's role")
 	raw := strings.TrimSpace(env("RECONCILE_ENDPOINTS"))
 	if raw == "" {
 		raw = "billing"

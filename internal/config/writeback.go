@@ -2,13 +2,9 @@ package config
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/stripe-inbox/inbox/internal/database"
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
-	"github.com/stripe-inbox/inbox/internal/secrets"
 	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
@@ -73,27 +69,12 @@ func (w LocalWriteback) String() string {
 // writebackstore function (STORE_FUNCTION), or a run that stores through
 // DATABASE_URL.
 type Writeback struct {
-	MetricsNamespace  string
-	MetricsDimensions map[string]string
-	// MetricsPublish: see Common.MetricsPublish (METRICS_PUBLISH).
-	MetricsPublish []string
-	// Database is set when StoreFunction is not.
-	Database database.Config
-	// StoreFunction is the writebackstore function's name or ARN (AWS).
-	StoreFunction string
-	// APIKeyRef is the Stripe API key: a Secrets Manager ARN
-	// (APIKeyFromSecretsManager) or the key itself (local).
-	APIKeyRef                string
-	APIKeyFromSecretsManager bool
-	SecretFetchTimeout       time.Duration
-	// Mode is STRIPE_MODE when set: the key's mode must match it.
-	Mode   string
+	StripeCaller
 	Client writeback.ClientConfig // Key is filled once fetched
 	Sender writeback.Config
 	// DeadlineMargin: the run stops claiming this long before the
 	// invocation's deadline (DEADLINE_MARGIN).
 	DeadlineMargin time.Duration
-	LogLevel       slog.Level // LOG_LEVEL
 }
 
 // WritebackStore is the writebackstore function's configuration.
@@ -118,54 +99,9 @@ type WritebackStore struct {
 //     SECRET_FETCH_TIMEOUT (2s), the metrics settings.
 func LoadWriteback(env Env) (Writeback, error) {
 	var p problems
-	var c Writeback
-	c.MetricsNamespace, c.MetricsDimensions = p.metricsSettings(env, "writeback")
-	c.MetricsPublish = p.metricsPublish(env)
-	c.LogLevel = p.logLevel(env)
-
-	arn, literal := strings.TrimSpace(env("STRIPE_API_KEY_SECRET_ARN")), strings.TrimSpace(env("STRIPE_API_KEY"))
-	switch {
-	case arn != "" && literal != "":
-		p.addf("set either STRIPE_API_KEY_SECRET_ARN (AWS) or STRIPE_API_KEY (local), not both")
-	case arn != "":
-		if !strings.HasPrefix(arn, "arn:") || !strings.Contains(arn, ":secretsmanager:") {
-			p.addf("STRIPE_API_KEY_SECRET_ARN=%q: not a Secrets Manager ARN", arn)
-		}
-		c.APIKeyRef, c.APIKeyFromSecretsManager = arn, true
-	case literal != "":
-		if _, err := secrets.APIKeyMode(literal); err != nil {
-			p.addf("STRIPE_API_KEY: %v", err)
-		}
-		c.APIKeyRef = literal
-	default:
-		p.addf("no Stripe API key: set STRIPE_API_KEY=rk_test_... (local) or STRIPE_API_KEY_SECRET_ARN=arn:aws:secretsmanager:... (AWS; a restricted key with Customers: Write)")
-	}
-	c.SecretFetchTimeout = p.durationIn(env, "SECRET_FETCH_TIMEOUT", secrets.DefaultFetchTimeout, 100*time.Millisecond, 30*time.Second)
-	switch c.Mode = strings.TrimSpace(env("STRIPE_MODE")); c.Mode {
-	case "", "live", "test":
-	default:
-		p.addf("STRIPE_MODE=%q: must be live or test", c.Mode)
-	}
-	if literal != "" && c.Mode != "" {
-		if m, err := secrets.APIKeyMode(literal); err == nil && m != c.Mode {
-			p.addf("STRIPE_API_KEY is a %s-mode key but STRIPE_MODE=%s: use a key of the mode this deployment books", m, c.Mode)
-		}
-	}
+	c := Writeback{StripeCaller: p.stripeCaller(env, "writeback", "; a restricted key with Customers: Write")}
 	c.Client.BaseURL = p.stripeAPIBase(env)
-
-	c.StoreFunction = strings.TrimSpace(env("STORE_FUNCTION"))
-	dbURL := strings.TrimSpace(env("DATABASE_URL"))
-	switch {
-	case c.StoreFunction != "" && dbURL != "":
-		p.addf("set either STORE_FUNCTION (AWS: the writebackstore function inside the VPC) or DATABASE_URL (local), not both")
-	case c.StoreFunction == "" && dbURL == "":
-		p.addf("no write-back store: set STORE_FUNCTION (AWS) or DATABASE_URL (local)")
-	case dbURL != "":
-		c.Database = database.Config{URL: dbURL, AppName: "inbox-writeback", MaxConns: 2}
-		if err := c.Database.Validate(); err != nil {
-			p.addf("database: %v", err)
-		}
-	}
+	p.storeOrDatabase(env, &c.StripeCaller, "the writebackstore function", "no write-back store", "inbox-writeback")
 	c.Sender = writeback.Config{MaxAttempts: p.intIn(env, "WRITEBACK_MAX_ATTEMPTS", writeback.DefaultMaxAttempts, 1, 100)}.WithDefaults()
 	p.addErr("", c.Sender.Validate())
 	c.DeadlineMargin = p.durationIn(env, "DEADLINE_MARGIN", 15*time.Second, time.Second, 5*time.Minute)
@@ -179,11 +115,6 @@ func LoadWriteback(env Env) (Writeback, error) {
 func LoadWritebackStore(env Env) (WritebackStore, error) {
 	var p problems
 	c := WritebackStore{Common: p.common(env, "writebackstore", 2)}
-	c.SenderRoleARN = strings.TrimSpace(env("WRITEBACK_ROLE_ARN"))
-	if c.SenderRoleARN == "" {
-		p.addf("WRITEBACK_ROLE_ARN is not set: the write-back store function serves only requests proven to come from the writeback function's role (arn:aws:iam::ACCOUNT:role/NAME; the stack sets it)")
-	} else if _, err := invokeproof.Role(c.SenderRoleARN); err != nil {
-		p.addf("WRITEBACK_ROLE_ARN: %v", err)
-	}
+	c.SenderRoleARN = p.callerRole(env, "WRITEBACK_ROLE_ARN", "the write-back store function", "the writeback function's role")
 	return c, p.err()
 }

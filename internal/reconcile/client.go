@@ -8,12 +8,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	stripe "github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/form"
+
+	"github.com/stripe-inbox/inbox/internal/stripehttp"
 )
 
 // Stripe's read rate limits (https://docs.stripe.com/rate-limits): 100
@@ -75,7 +76,8 @@ type ClientConfig struct {
 	// min(cap, base·2^(n-1)) jittered to 50–100 %, or the Retry-After
 	// Stripe sent, whichever is longer. Defaults 1s and 30s.
 	BackoffBase, BackoffCap time.Duration
-	// HTTPClient carries the requests (default: 30 s timeout).
+	// HTTPClient carries the requests (default: 30 s timeout,
+	// stripehttp.NewBackend).
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	// Sleep waits d or until ctx ends (default: a timer). Tests record the
@@ -131,28 +133,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	// The transport records a 429's headers for the attempt that got it
-	// (stripe-go's *stripe.Error keeps the status, not the headers).
-	base := hc.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	hc2 := *hc
-	hc2.Transport = headerRecorder{base}
-	bc := &stripe.BackendConfig{
-		HTTPClient:        &hc2,
-		MaxNetworkRetries: stripe.Int64(0),
-		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
-		EnableTelemetry:   stripe.Bool(false),
-	}
-	if cfg.BaseURL != "" {
-		bc.URL = stripe.String(cfg.BaseURL)
-	}
-	return &Client{backend: stripe.GetBackendWithConfig(stripe.APIBackend, bc), cfg: cfg, key: cfg.Key}, nil
+	return &Client{backend: stripehttp.NewBackend(cfg.HTTPClient, cfg.BaseURL), cfg: cfg, key: cfg.Key}, nil
 }
 
 // rawList is a page of /v1/events with each event kept as raw JSON. It
@@ -162,27 +143,6 @@ type rawList struct {
 	Object  string            `json:"object"`
 	Data    []json.RawMessage `json:"data"`
 	HasMore bool              `json:"has_more"`
-}
-
-type attemptKey struct{}
-
-// attemptInfo is filled by headerRecorder for one attempt.
-type attemptInfo struct {
-	status     int
-	retryAfter string
-	reason     string
-}
-
-type headerRecorder struct{ base http.RoundTripper }
-
-func (h headerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := h.base.RoundTrip(req)
-	if info, ok := req.Context().Value(attemptKey{}).(*attemptInfo); ok && res != nil {
-		info.status = res.StatusCode
-		info.retryAfter = res.Header.Get("Retry-After")
-		info.reason = res.Header.Get("Stripe-Rate-Limited-Reason")
-	}
-	return res, err
 }
 
 // ListPage fetches one page, waiting for the rate limit and retrying 429s,
@@ -217,8 +177,8 @@ func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
 		if err := c.waitTurn(ctx); err != nil {
 			return Page{}, err
 		}
-		info := &attemptInfo{}
-		p := &stripe.Params{Context: context.WithValue(ctx, attemptKey{}, info)}
+		actx, info := stripehttp.Track(ctx)
+		p := &stripe.Params{Context: actx}
 		var list rawList
 		key := c.currentKey()
 		// event.Client.List calls the same CallRaw (stripe-go v82
@@ -233,7 +193,7 @@ func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
 		if ctx.Err() != nil {
 			return Page{}, ctx.Err()
 		}
-		if info.status == http.StatusUnauthorized && c.cfg.RefetchKey != nil && !refetched {
+		if info.Status == http.StatusUnauthorized && c.cfg.RefetchKey != nil && !refetched {
 			refetched = true
 			if c.refetchKey(ctx, key) {
 				continue // the new key, at once
@@ -243,8 +203,8 @@ func (c *Client) ListPage(ctx context.Context, q Query) (Page, error) {
 		if !retry || attempt >= c.cfg.MaxAttempts {
 			return Page{}, fmt.Errorf("GET /v1/events (attempt %d of %d): %w", attempt, c.cfg.MaxAttempts, err)
 		}
-		c.cfg.Logger.Warn("events page failed, backing off", "attempt", attempt, "status", info.status,
-			"rate_limited_reason", info.reason, "retry_after", info.retryAfter, "wait_ms", wait.Milliseconds(), "error", err.Error())
+		c.cfg.Logger.Warn("events page failed, backing off", "attempt", attempt, "status", info.Status,
+			"rate_limited_reason", info.RateLimitedReason, "retry_after", info.RetryAfter, "wait_ms", wait.Milliseconds(), "error", err.Error())
 		if err := c.cfg.Sleep(ctx, wait); err != nil {
 			return Page{}, err
 		}
@@ -277,15 +237,15 @@ func (c *Client) refetchKey(ctx context.Context, old string) bool {
 }
 
 // retryable says whether err is worth another attempt and how long to wait.
-func (c *Client) retryable(err error, info *attemptInfo, attempt int) (bool, time.Duration) {
+func (c *Client) retryable(err error, info *stripehttp.Answer, attempt int) (bool, time.Duration) {
 	wait := c.backoff(attempt)
 	var se *stripe.Error
 	if errors.As(err, &se) {
 		switch {
 		case se.HTTPStatusCode == http.StatusTooManyRequests:
 			// Stripe may say how long to wait; otherwise back off.
-			if secs, perr := strconv.Atoi(info.retryAfter); perr == nil && secs >= 0 {
-				wait = max(wait, time.Duration(secs)*time.Second)
+			if d, ok := info.RetryAfterDelay(); ok {
+				wait = max(wait, d)
 			}
 			return true, wait
 		case se.HTTPStatusCode >= 500:
@@ -294,10 +254,10 @@ func (c *Client) retryable(err error, info *attemptInfo, attempt int) (bool, tim
 			return false, 0
 		}
 	}
-	if info.status >= 500 || info.status == http.StatusTooManyRequests {
+	if info.Status >= 500 || info.Status == http.StatusTooManyRequests {
 		return true, wait // an error body stripe-go could not decode
 	}
-	if info.status != 0 && info.status < 500 {
+	if info.Status != 0 && info.Status < 500 {
 		return false, 0
 	}
 	return true, wait // no answer: a network error

@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,14 +10,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
+	"github.com/stripe-inbox/inbox/internal/storecall"
 )
 
 // Invoker is the part of the Lambda client RemoteSink uses
-// (aws-sdk-go-v2/service/lambda v1.117.0, api_op_Invoke.go).
-type Invoker interface {
-	Invoke(ctx context.Context, in *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
-}
+// (storecall.Invoker).
+type Invoker = storecall.Invoker
 
 // MaxInvokeBytes keeps a store request under Lambda's 6 MB synchronous
 // payload quota (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html),
@@ -26,8 +23,9 @@ type Invoker interface {
 const MaxInvokeBytes = 5 << 20
 
 // RemoteSink is the Sink of the reconciler outside the VPC: every call is a
-// synchronous, IAM-authorized Invoke of the store function inside the VPC.
-// A page too large for one payload is sent in several requests.
+// synchronous, IAM-authorized Invoke of the store function inside the VPC
+// (storecall.Call). A page too large for one payload is sent in several
+// requests.
 type RemoteSink struct {
 	Lambda   Invoker
 	Function string // the store function's name or ARN
@@ -38,38 +36,13 @@ type RemoteSink struct {
 }
 
 // Prover signs a request (invokeproof.Signer).
-type Prover interface {
-	Sign(ctx context.Context, audience string, payload any) (invokeproof.Envelope, error)
-}
+type Prover = storecall.Prover
 
 func (r RemoteSink) call(ctx context.Context, req StoreRequest) (StoreResponse, error) {
-	if r.Prover == nil {
-		return StoreResponse{}, errors.New("the reconciler has no prover: the store function refuses unproven requests")
-	}
-	env, err := r.Prover.Sign(ctx, StoreAudience, req)
-	if err != nil {
-		return StoreResponse{}, err
-	}
-	payload, err := json.Marshal(env)
-	if err != nil {
-		return StoreResponse{}, err
-	}
-	out, err := r.Lambda.Invoke(ctx, &lambda.InvokeInput{
-		FunctionName:   aws.String(r.Function),
-		InvocationType: types.InvocationTypeRequestResponse,
-		Payload:        payload,
-	})
-	if err != nil {
-		return StoreResponse{}, fmt.Errorf("invoking the store function (%s): %w", req.Op, err)
-	}
-	if out.FunctionError != nil {
-		return StoreResponse{}, fmt.Errorf("the store function failed (%s, %s): %s", req.Op, aws.ToString(out.FunctionError), out.Payload)
-	}
-	var res StoreResponse
-	if err := json.Unmarshal(out.Payload, &res); err != nil {
-		return StoreResponse{}, fmt.Errorf("the store function's answer (%s): %w: %.200s", req.Op, err, out.Payload)
-	}
-	return res, nil
+	return storecall.Call[StoreResponse](ctx, storecall.Caller{
+		Lambda: r.Lambda, Function: r.Function, Prover: r.Prover, Audience: StoreAudience,
+		Name: "the store function", Sender: "the reconciler",
+	}, req.Op, req)
 }
 
 // HighWater asks the store function for the endpoint's mark.

@@ -1,17 +1,14 @@
 package reconcile
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/stripe-inbox/inbox/internal/inbox"
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
-	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/storecall"
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
 )
 
@@ -144,61 +141,29 @@ const StoreAudience = "reconcilestore"
 
 // Opener checks a proven request and returns its payload
 // (invokeproof.Verifier, admitting the reconciler's role).
-type Opener interface {
-	Open(ctx context.Context, audience string, env invokeproof.Envelope) ([]byte, invokeproof.Identity, error)
-}
+type Opener = storecall.Opener
 
 // ErrRefused means the store function refused a request that is not proven
 // to come from the reconciler (nothing was read or written).
 var ErrRefused = errors.New("refused: the request is not proven to come from the reconciler")
 
-// ProvenStore is the store function's Lambda handler: it serves a request
-// only once Proofs has proven that the reconciler's role sent it. Anyone else
-// who may invoke the function (a role with lambda:InvokeFunction on "*")
-// is refused before the database is touched, and the refusal is logged and
-// counted: InvokeProofRefused (alarmed), with one more line by Reason
-// (missing, malformed, stale, forged, principal; see invokeproof.Reason).
-type ProvenStore struct {
-	Store   StoreHandler
-	Proofs  Opener
-	Metrics *metrics.Emitter // may be nil
-	Logger  *slog.Logger     // may be nil
+// ProvenStore is the store function's Lambda handler (storecall.Proven): it
+// serves a request only once Proofs has proven that the reconciler's role
+// sent it. Anyone else who may invoke the function (a role with
+// lambda:InvokeFunction on "*") is refused before the database is touched,
+// and the refusal is logged and counted: InvokeProofRefused (alarmed), with
+// one more line by Reason (missing, malformed, stale, forged, principal).
+type ProvenStore = storecall.Proven[StoreRequest, StoreResponse, StoreHandler]
+
+// Guard implements storecall.Handler.
+func (StoreHandler) Guard() storecall.Guard {
+	return storecall.Guard{
+		Audience: StoreAudience, Name: "the store function", ErrRefused: ErrRefused, ErrBadRequest: ErrBadStoreRequest,
+		RefusedLog: "store request refused: not proven to come from the reconciler", ProvenLog: "proven store request",
+	}
 }
 
-// Invoke serves one invocation.
-func (p ProvenStore) Invoke(ctx context.Context, env invokeproof.Envelope) (StoreResponse, error) {
-	if p.Proofs == nil {
-		return StoreResponse{}, errors.New("the store function has no proof verifier")
-	}
-	payload, id, err := p.Proofs.Open(ctx, StoreAudience, env)
-	if err != nil {
-		reason := invokeproof.Reason(err)
-		if reason == "" {
-			// STS could not be asked: not the sender's fault, and not
-			// counted as a refusal; the invocation fails (Errors).
-			return StoreResponse{}, fmt.Errorf("verifying the request's proof: %w", err)
-		}
-		p.refused(ctx, reason, err)
-		// The caller learns the reason, not the details (logged).
-		return StoreResponse{}, fmt.Errorf("%w (%s)", ErrRefused, reason)
-	}
-	var req StoreRequest
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return StoreResponse{}, fmt.Errorf("%w: %v", ErrBadStoreRequest, err)
-	}
-	if p.Logger != nil {
-		p.Logger.DebugContext(ctx, "proven store request", "op", req.Op, "endpoint", req.Endpoint, "principal", id.ARN)
-	}
-	return p.Store.Handle(ctx, req)
-}
-
-func (p ProvenStore) refused(ctx context.Context, reason string, err error) {
-	if p.Logger != nil {
-		p.Logger.WarnContext(ctx, "store request refused: not proven to come from the reconciler", "reason", reason, "error", err.Error())
-	}
-	one := metrics.Metric{Name: "InvokeProofRefused", Value: 1, Unit: metrics.Count}
-	_ = p.Metrics.Emit(nil, one)
-	_ = p.Metrics.Emit(map[string]string{"Reason": reason}, one)
+// LogAttrs implements storecall.Handler.
+func (StoreHandler) LogAttrs(req StoreRequest) []any {
+	return []any{"op", req.Op, "endpoint", req.Endpoint}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	stripe "github.com/stripe/stripe-go/v82"
+
+	"github.com/stripe-inbox/inbox/internal/stripehttp"
 )
 
 // Customer is what a customer call answered: its id and metadata, Stripe's
@@ -60,7 +62,8 @@ type ClientConfig struct {
 	Key string
 	// BaseURL is the API's base URL (STRIPE_API_BASE); "" is Stripe's.
 	BaseURL string
-	// HTTPClient carries the requests (default: a 30 s timeout).
+	// HTTPClient carries the requests (default: a 30 s timeout,
+	// stripehttp.NewBackend).
 	HTTPClient *http.Client
 }
 
@@ -80,33 +83,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Key == "" {
 		return nil, errors.New("writeback: no Stripe API key (STRIPE_API_KEY)")
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	base := hc.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	hc2 := *hc
-	hc2.Transport = headerRecorder{base}
-	bc := &stripe.BackendConfig{
-		HTTPClient:        &hc2,
-		MaxNetworkRetries: stripe.Int64(0),
-		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
-		EnableTelemetry:   stripe.Bool(false),
-	}
-	if cfg.BaseURL != "" {
-		bc.URL = stripe.String(cfg.BaseURL)
-	}
-	return &Client{backend: stripe.GetBackendWithConfig(stripe.APIBackend, bc), key: cfg.Key}, nil
+	return &Client{backend: stripehttp.NewBackend(cfg.HTTPClient, cfg.BaseURL), key: cfg.Key}, nil
 }
 
 // UpdateCustomerMetadata implements API (customer.Client.Update's call,
 // stripe-go v82 customer/client.go).
 func (c *Client) UpdateCustomerMetadata(ctx context.Context, id string, metadata map[string]string, key string) (Customer, error) {
-	info := &attemptInfo{}
-	p := &stripe.CustomerParams{Params: stripe.Params{Context: context.WithValue(ctx, attemptKey{}, info)}}
+	actx, info := stripehttp.Track(ctx)
+	p := &stripe.CustomerParams{Params: stripe.Params{Context: actx}}
 	p.SetIdempotencyKey(key)
 	for k, v := range metadata {
 		p.AddMetadata(k, v)
@@ -118,48 +102,24 @@ func (c *Client) UpdateCustomerMetadata(ctx context.Context, id string, metadata
 
 // GetCustomer implements API.
 func (c *Client) GetCustomer(ctx context.Context, id string) (Customer, error) {
-	info := &attemptInfo{}
-	p := &stripe.CustomerParams{Params: stripe.Params{Context: context.WithValue(ctx, attemptKey{}, info)}}
+	actx, info := stripehttp.Track(ctx)
+	p := &stripe.CustomerParams{Params: stripe.Params{Context: actx}}
 	var cu stripe.Customer
 	err := c.backend.Call(http.MethodGet, stripe.FormatURLPath("/v1/customers/%s", id), c.key, p, &cu)
 	return answer(&cu, err, info)
 }
 
-func answer(cu *stripe.Customer, err error, info *attemptInfo) (Customer, error) {
+func answer(cu *stripe.Customer, err error, info *stripehttp.Answer) (Customer, error) {
 	if err != nil {
-		ce := &CallError{Status: info.status, Replayed: info.replayed, Err: err}
+		ce := &CallError{Status: info.Status, Replayed: info.Replayed, Err: err}
 		var se *stripe.Error
 		if errors.As(err, &se) && se.HTTPStatusCode != 0 {
 			ce.Status = se.HTTPStatusCode
 		}
-		if secs, perr := strconv.Atoi(info.retryAfter); perr == nil && secs >= 0 {
-			ce.RetryAfter = time.Duration(secs) * time.Second
+		if d, ok := info.RetryAfterDelay(); ok {
+			ce.RetryAfter = d
 		}
 		return Customer{}, ce
 	}
-	return Customer{ID: cu.ID, Metadata: cu.Metadata, RequestID: info.requestID, Replayed: info.replayed}, nil
-}
-
-type attemptKey struct{}
-
-// attemptInfo is filled by headerRecorder for one call: stripe-go's
-// *stripe.Error keeps the status, not the headers (Retry-After).
-type attemptInfo struct {
-	status     int
-	retryAfter string
-	requestID  string
-	replayed   bool
-}
-
-type headerRecorder struct{ base http.RoundTripper }
-
-func (h headerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := h.base.RoundTrip(req)
-	if info, ok := req.Context().Value(attemptKey{}).(*attemptInfo); ok && res != nil {
-		info.status = res.StatusCode
-		info.retryAfter = res.Header.Get("Retry-After")
-		info.requestID = res.Header.Get("Request-Id")
-		info.replayed = res.Header.Get("Idempotent-Replayed") == "true"
-	}
-	return res, err
+	return Customer{ID: cu.ID, Metadata: cu.Metadata, RequestID: info.RequestID, Replayed: info.Replayed}, nil
 }

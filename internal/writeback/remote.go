@@ -1,20 +1,12 @@
 package writeback
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
-
-	"github.com/stripe-inbox/inbox/internal/invokeproof"
-	"github.com/stripe-inbox/inbox/internal/metrics"
+	"github.com/stripe-inbox/inbox/internal/storecall"
 )
 
 // The store function's protocol, as the reconciler's (internal/reconcile,
@@ -123,73 +115,42 @@ func (h StoreHandler) Handle(ctx context.Context, req StoreRequest) (StoreRespon
 
 // Opener checks a proven request and returns its payload
 // (invokeproof.Verifier, admitting the writeback function's role).
-type Opener interface {
-	Open(ctx context.Context, audience string, env invokeproof.Envelope) ([]byte, invokeproof.Identity, error)
-}
+type Opener = storecall.Opener
 
 // ErrRefused means the store function refused a request that is not proven
 // to come from the writeback function (nothing was read or written).
 var ErrRefused = errors.New("refused: the request is not proven to come from the write-back sender")
 
-// ProvenStore is the writebackstore function's Lambda handler: it serves a
-// request only once Proofs has proven that the writeback function's role
-// sent it. Anyone else who may invoke the function is refused before the
-// database is touched, and the refusal is logged and counted:
-// InvokeProofRefused (alarmed), with one more line by Reason.
-type ProvenStore struct {
-	Store   StoreHandler
-	Proofs  Opener
-	Metrics *metrics.Emitter // may be nil
-	Logger  *slog.Logger     // may be nil
+// ProvenStore is the writebackstore function's Lambda handler
+// (storecall.Proven): it serves a request only once Proofs has proven that
+// the writeback function's role sent it. Anyone else who may invoke the
+// function is refused before the database is touched, and the refusal is
+// logged and counted: InvokeProofRefused (alarmed), with one more line by
+// Reason.
+type ProvenStore = storecall.Proven[StoreRequest, StoreResponse, StoreHandler]
+
+// Guard implements storecall.Handler.
+func (StoreHandler) Guard() storecall.Guard {
+	return storecall.Guard{
+		Audience: StoreAudience, Name: "the write-back store function", ErrRefused: ErrRefused, ErrBadRequest: ErrBadStoreRequest,
+		RefusedLog: "write-back store request refused: not proven to come from the write-back sender", ProvenLog: "proven write-back store request",
+	}
 }
 
-// Invoke serves one invocation.
-func (p ProvenStore) Invoke(ctx context.Context, env invokeproof.Envelope) (StoreResponse, error) {
-	if p.Proofs == nil {
-		return StoreResponse{}, errors.New("the write-back store function has no proof verifier")
-	}
-	payload, id, err := p.Proofs.Open(ctx, StoreAudience, env)
-	if err != nil {
-		reason := invokeproof.Reason(err)
-		if reason == "" {
-			// STS could not be asked: not the caller's fault, not counted
-			// as a refusal; the invocation fails (Errors).
-			return StoreResponse{}, fmt.Errorf("verifying the request's proof: %w", err)
-		}
-		if p.Logger != nil {
-			p.Logger.WarnContext(ctx, "write-back store request refused: not proven to come from the write-back sender", "reason", reason, "error", err.Error())
-		}
-		one := metrics.Metric{Name: "InvokeProofRefused", Value: 1, Unit: metrics.Count}
-		_ = p.Metrics.Emit(nil, one)
-		_ = p.Metrics.Emit(map[string]string{"Reason": reason}, one)
-		return StoreResponse{}, fmt.Errorf("%w (%s)", ErrRefused, reason)
-	}
-	var req StoreRequest
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return StoreResponse{}, fmt.Errorf("%w: %v", ErrBadStoreRequest, err)
-	}
-	if p.Logger != nil {
-		p.Logger.DebugContext(ctx, "proven write-back store request", "op", req.Op, "principal", id.ARN)
-	}
-	return p.Store.Handle(ctx, req)
-}
+// LogAttrs implements storecall.Handler.
+func (StoreHandler) LogAttrs(req StoreRequest) []any { return []any{"op", req.Op} }
 
 // Invoker is the part of the Lambda client RemoteStore uses
-// (aws-sdk-go-v2/service/lambda, api_op_Invoke.go).
-type Invoker interface {
-	Invoke(ctx context.Context, in *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
-}
+// (storecall.Invoker).
+type Invoker = storecall.Invoker
 
 // Prover signs a request (invokeproof.Signer).
-type Prover interface {
-	Sign(ctx context.Context, audience string, payload any) (invokeproof.Envelope, error)
-}
+type Prover = storecall.Prover
 
 // RemoteStore is the Store of the writeback function outside the VPC: each
 // call is a synchronous, IAM-authorized Invoke of the writebackstore
-// function, proven with Prover (the function's role credentials).
+// function (storecall.Call), proven with Prover (the function's role
+// credentials).
 type RemoteStore struct {
 	Lambda   Invoker
 	Function string // the store function's name or ARN
@@ -197,33 +158,10 @@ type RemoteStore struct {
 }
 
 func (r RemoteStore) call(ctx context.Context, req StoreRequest) (StoreResponse, error) {
-	if r.Prover == nil {
-		return StoreResponse{}, errors.New("the write-back sender has no prover: the store function refuses unproven requests")
-	}
-	env, err := r.Prover.Sign(ctx, StoreAudience, req)
-	if err != nil {
-		return StoreResponse{}, err
-	}
-	payload, err := json.Marshal(env)
-	if err != nil {
-		return StoreResponse{}, err
-	}
-	out, err := r.Lambda.Invoke(ctx, &lambda.InvokeInput{
-		FunctionName:   aws.String(r.Function),
-		InvocationType: types.InvocationTypeRequestResponse,
-		Payload:        payload,
-	})
-	if err != nil {
-		return StoreResponse{}, fmt.Errorf("invoking the write-back store function (%s): %w", req.Op, err)
-	}
-	if out.FunctionError != nil {
-		return StoreResponse{}, fmt.Errorf("the write-back store function failed (%s, %s): %s", req.Op, aws.ToString(out.FunctionError), out.Payload)
-	}
-	var res StoreResponse
-	if err := json.Unmarshal(out.Payload, &res); err != nil {
-		return StoreResponse{}, fmt.Errorf("the write-back store function's answer (%s): %w: %.200s", req.Op, err, out.Payload)
-	}
-	return res, nil
+	return storecall.Call[StoreResponse](ctx, storecall.Caller{
+		Lambda: r.Lambda, Function: r.Function, Prover: r.Prover, Audience: StoreAudience,
+		Name: "the write-back store function", Sender: "the write-back sender",
+	}, req.Op, req)
 }
 
 // Claim implements Store.
