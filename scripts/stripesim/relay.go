@@ -32,31 +32,7 @@ type relayed struct {
 // aggregate ids carry the run's prefix.
 func checkRelayed(ctx context.Context, dbURL, ebURL, invPrefix string, stall time.Duration) (relayed, error) {
 	var r relayed
-	best, progressed := -1, time.Now()
-	for {
-		var n int
-		// Each look is bounded by stall: the database may be down (dbcrash).
-		lctx, cancel := context.WithTimeout(ctx, stall)
-		conn, err := connect(lctx, dbURL)
-		if err == nil {
-			err = conn.QueryRow(lctx, countUnpublished, invPrefix).Scan(&n)
-			conn.Close(context.WithoutCancel(ctx))
-		}
-		cancel()
-		if err == nil && n == 0 {
-			break
-		}
-		if err == nil && (best < 0 || n < best) {
-			best, progressed = n, time.Now()
-		}
-		if time.Since(progressed) > stall || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	waitUntilNone(ctx, dbURL, stall, countUnpublished, invPrefix)
 
 	cctx, cancel2 := context.WithTimeout(ctx, time.Minute)
 	defer cancel2()
@@ -121,4 +97,35 @@ func checkRelayed(ctx context.Context, dbURL, ebURL, invPrefix string, stall tim
 		}
 	}
 	return r, nil
+}
+
+// waitUntilNone polls count (a query of one count, with args) until it
+// reads 0, or until the count has not shrunk for stall (a state, not a
+// time: the drain still progresses while it shrinks), or ctx ends. Each
+// look is bounded by stall: the database may be down (dbcrash).
+func waitUntilNone(ctx context.Context, dbURL string, stall time.Duration, count string, args ...any) {
+	best, progressed := -1, time.Now()
+	for {
+		var n int
+		lctx, cancel := context.WithTimeout(ctx, stall)
+		conn, err := connect(lctx, dbURL)
+		if err == nil {
+			err = conn.QueryRow(lctx, count, args...).Scan(&n)
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		cancel()
+		if err == nil && n == 0 {
+			return
+		}
+		if err == nil && (best < 0 || n < best) {
+			best, progressed = n, time.Now()
+		}
+		if time.Since(progressed) > stall || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

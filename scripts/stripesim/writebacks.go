@@ -188,30 +188,7 @@ func paidCustomers(evs []event, paid map[string]int64) (map[string]string, error
 func checkWritebacks(ctx context.Context, dbURL, apiURL, run string, payments map[string]string, stall time.Duration) (writebacks, error) {
 	prefix := handlers.CustomerMetadataKey("in_" + run + "_")
 	prefix = strings.TrimSuffix(prefix, ":payment")
-	best, progressed := -1, time.Now()
-	for {
-		var n int
-		lctx, cancel := context.WithTimeout(ctx, stall)
-		conn, err := connect(lctx, dbURL)
-		if err == nil {
-			err = conn.QueryRow(lctx, countPendingIntents, prefix).Scan(&n)
-			conn.Close(context.WithoutCancel(ctx))
-		}
-		cancel()
-		if err == nil && n == 0 {
-			break
-		}
-		if err == nil && (best < 0 || n < best) {
-			best, progressed = n, time.Now()
-		}
-		if time.Since(progressed) > stall || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	waitUntilNone(ctx, dbURL, stall, countPendingIntents, prefix)
 
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
