@@ -26,6 +26,5 @@ CREATE INDEX webhook_inbox_owner
     ON webhook_inbox ((CASE WHEN object_id LIKE 'in\_%' THEN object_id
       ELSE coalesce(nullif(CASE jsonb_typeof(payload #> '{data,object,invoice}') WHEN 'string' THEN payload #> '{data,object,invoice}' #>> '{}' WHEN 'object' THEN payload #> '{data,object,invoice}' ->> 'id' END, ''),
                     nullif(CASE jsonb_typeof(payload #> '{data,object,charge}') WHEN 'string' THEN payload #> '{data,object,charge}' #>> '{}' WHEN 'object' THEN payload #> '{data,object,charge}' ->> 'id' END, ''),
-                    nullif(CASE jsonb_typeof(payload #> '{data,object,payment_intent}') WHEN 'string' THEN payload #> '{data,object,payment_intent}' #>> '{}' WHEN 'object' THEN payload #> '{data,object,payment_intent}' ->> 'id' END, ''),
                     object_id, event_id) END))
     WHERE processed_at IS NULL;

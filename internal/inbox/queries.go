@@ -114,10 +114,9 @@ RETURNING true`
 // backoff without sleeping.
 
 // claimReceipts: $1 now, $2 max_attempts, $3 limit, $4 lease in milliseconds.
-// Picks up to $3 claimable rows, skipping rows another transaction has
-// locked, takes with them the other claimable rows of their owners (up to
-// $3 rows in all; see below), counts the attempt and hides the rows for the
-// lease. It
+// Takes up to $3 claimable rows, skipping rows another transaction has locked,
+// and with them the other claimable rows of the same owner (at most $3
+// more; see below), counts the attempt and hides the rows for the lease. It
 // commits on its own (autocommit), so the attempt is counted even if the
 // process then dies.
 //
@@ -128,28 +127,17 @@ RETURNING true`
 // invoice lifecycles, most batches waited. So a claim takes, with the rows
 // it picks, every other claimable row of their owners (mates, through the
 // index webhook_inbox_owner, migrations/0022_claim_owner.sql): one drainer
-// gets all the waiting events of the invoices it takes. A refund or a
-// dispute names its charge (or PaymentIntent), not its invoice: its owner is
-// the charge. The invoice's own receipts name that charge (invoice.paid's
-// charge and payment_intent fields), so the claim also takes the receipts
-// owned by the payments its invoices' receipts name (payments, more), and
-// returns their invoice as their LockKey even before payment_links links
-// the charge: the batch then applies them after their invoice's events
-// instead of one transaction each (splitUnplaced in internal/worker).
-// Owners are taken whole, in the order they were picked, while the claim
-// stays within $3 rows (the first owner is cut at $3 when it alone has
-// more): the lease is sized for $3 receipts (internal/worker's config).
-//
-// A claim picks only rows of owners no concurrent claim is picking: it
-// takes a transaction-level advisory lock on each owner it picks, and on
-// each payment whose receipts it adds (pg_try_advisory_xact_lock,
-// ownerLockClass, released when the claim commits), and skips owners
-// another claim holds; by its commit that claim has hidden the owner's
-// rows. So two claims never both get receipts of one owner, except one
-// stored (or back from its backoff) after the first claim took the others.
-// That case, and a charge's receipts claimed before its invoice's, are
-// still safe: batches apply receipts in lockOrder (internal/worker), and
-// only wait.
+// gets all the waiting events of the invoices it takes. And a claim picks
+// only rows of owners no concurrent claim is picking: it takes a
+// transaction-level advisory lock on each owner it picks
+// (pg_try_advisory_xact_lock, ownerLockClass, released when the claim
+// commits) and skips rows whose owner another claim holds; by its commit
+// that claim has hidden the owner's rows. So two claims never both get
+// events of one owner, except an event stored (or back from its backoff)
+// after the first claim took the others. That case, and events of one
+// invoice with different owners (a refund names its charge, not its
+// invoice), are still safe: batches apply receipts in lockOrder
+// (internal/worker), and only wait.
 //
 // Every claim, the last attempt's too, hides its rows until the lease's end,
 // a finite time in the future: that is how the operator's retry
@@ -175,41 +163,26 @@ WITH picked AS (
     SELECT owner, min(pos) AS pos
       FROM (SELECT owner, row_number() OVER () AS pos FROM picked) AS p
      GROUP BY owner
-), found AS (
-    SELECT w.provider, w.endpoint, w.event_id, o.owner, o.pos,
-           CASE WHEN o.owner LIKE 'in\_%' THEN ARRAY[` + idOf("charge") + `, ` + idOf("payment_intent") + `] END AS payments
+), mates AS (
+    SELECT w.provider, w.endpoint, w.event_id, o.pos, count(*) OVER (ORDER BY o.pos) AS upto
       FROM owners AS o
       JOIN webhook_inbox AS w ON ` + ownerKeyOf("w.") + ` = o.owner
-     WHERE ` + claimableW + `
-), payments AS (
-    SELECT DISTINCT ON (p.payment) p.payment, f.owner AS invoice, f.pos
-      FROM found AS f, unnest(f.payments) AS p (payment)
-     WHERE p.payment <> ''
-     ORDER BY p.payment, f.pos
-), more AS (
-    SELECT payment, invoice, pos
-      FROM payments
-     WHERE payment NOT IN (SELECT owner FROM owners)
-       AND pg_try_advisory_xact_lock(` + ownerLockClass + `, hashtext(payment))
-), mates AS (
-    SELECT f.provider, f.endpoint, f.event_id, f.pos, p.invoice
-      FROM found AS f LEFT JOIN payments AS p ON p.payment = f.owner
-    UNION ALL
-    SELECT w.provider, w.endpoint, w.event_id, m.pos, m.invoice
-      FROM more AS m
-      JOIN webhook_inbox AS w ON ` + ownerKeyOf("w.") + ` = m.payment
-     WHERE ` + claimableW + `
+     WHERE w.processed_at IS NULL
+       AND w.available_at <= coalesce($1::timestamptz, now())
+       AND w.attempts < $2
 ), chosen AS (
-    SELECT provider, endpoint, event_id, invoice
-      FROM (SELECT m.*, count(*) OVER (ORDER BY pos) AS upto FROM mates AS m) AS m
+    SELECT provider, endpoint, event_id
+      FROM mates
      WHERE upto <= $3 OR pos = 1
      ORDER BY pos
      LIMIT $3
 ), taken AS (
-    SELECT w.provider, w.endpoint, w.event_id, c.invoice
+    SELECT w.provider, w.endpoint, w.event_id
       FROM webhook_inbox AS w
       JOIN chosen AS c ON (w.provider, w.endpoint, w.event_id) = (c.provider, c.endpoint, c.event_id)
-     WHERE ` + claimableW + `
+     WHERE w.processed_at IS NULL
+       AND w.available_at <= coalesce($1::timestamptz, now())
+       AND w.attempts < $2
        FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE webhook_inbox AS w
@@ -218,19 +191,12 @@ UPDATE webhook_inbox AS w
   FROM taken
  WHERE (w.provider, w.endpoint, w.event_id) = (taken.provider, taken.endpoint, taken.event_id)
 RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, coalesce(w.api_version, ''), w.source,
-          w.available_at, coalesce(taken.invoice, ` + lockKey + `)`
-
-// claimableW: the conditions of a claimable receipt, on webhook_inbox AS w
-// (claimReceipts' parameters).
-const claimableW = `w.processed_at IS NULL
-       AND w.available_at <= coalesce($1::timestamptz, now())
-       AND w.attempts < $2`
+          w.available_at, ` + lockKey + ``
 
 // ownerKey is a receipt's owner for the claim (claimReceipts): the invoice
 // it belongs to as far as its payload tells, without a lookup: the event's
 // object when it is an invoice, else the object's invoice field, else its
-// charge field, else its payment_intent field, else the object, else the
-// event itself. It is the
+// charge field, else the object, else the event itself. It is the
 // expression of the index webhook_inbox_owner
 // (migrations/0022_claim_owner.sql), character for character
 // (TestOwnerKeyIsTheIndexExpression): PostgreSQL uses an expression index
@@ -244,7 +210,6 @@ func ownerKeyOf(prefix string) string {
 	return `(CASE WHEN ` + prefix + `object_id LIKE 'in\_%' THEN ` + prefix + `object_id
       ELSE coalesce(nullif(` + idOfIn(prefix, "invoice") + `, ''),
                     nullif(` + idOfIn(prefix, "charge") + `, ''),
-                    nullif(` + idOfIn(prefix, "payment_intent") + `, ''),
                     ` + prefix + `object_id, ` + prefix + `event_id) END)`
 }
 
@@ -264,9 +229,7 @@ const ownerLockClass = "24"
 // 2025-03-31.basil, invoice payments), or what payment_links knows of its
 // charge or PaymentIntent (refunds); failing that, its charge, then its own
 // id. It reads payment_links (the handlers' table, internal/handlers) only
-// to order the work. A receipt the claim took through the payment an
-// invoice's receipt names (claimReceipts) has that invoice instead, the
-// same invoice payment_links will link once invoice.paid is applied.
+// to order the work.
 //
 // A field may be an id or, expanded, an object with one: idOf reads both.
 var lockKey = `CASE WHEN w.object_id LIKE 'in\_%' THEN w.object_id
