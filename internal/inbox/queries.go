@@ -115,29 +115,8 @@ RETURNING true`
 
 // claimReceipts: $1 now, $2 max_attempts, $3 limit, $4 lease in milliseconds.
 // Takes up to $3 claimable rows, skipping rows another transaction has locked,
-// and with them the other claimable rows of the same owner (at most $3
-// more; see below), counts the attempt and hides the rows for the lease. It
-// commits on its own (autocommit), so the attempt is counted even if the
-// process then dies.
-//
-// Ownership (issue 24). The owner of a receipt (ownerKey) is the invoice it
-// belongs to as far as its own payload tells. Concurrent batches that took
-// events of one invoice waited on each other's locks (the invoice's row,
-// its links), one whole batch at a time: with 4 drainers over a backlog of
-// invoice lifecycles, most batches waited. So a claim takes, with the rows
-// it picks, every other claimable row of their owners (mates, through the
-// index webhook_inbox_owner, migrations/0022_claim_owner.sql): one drainer
-// gets all the waiting events of the invoices it takes. And a claim picks
-// only rows of owners no concurrent claim is picking: it takes a
-// transaction-level advisory lock on each owner it picks
-// (pg_try_advisory_xact_lock, ownerLockClass, released when the claim
-// commits) and skips rows whose owner another claim holds; by its commit
-// that claim has hidden the owner's rows. So two claims never both get
-// events of one owner, except an event stored (or back from its backoff)
-// after the first claim took the others. That case, and events of one
-// invoice with different owners (a refund names its charge, not its
-// invoice), are still safe: batches apply receipts in lockOrder
-// (internal/worker), and only wait.
+// counts the attempt and hides the rows for the lease. It commits on its own
+// (autocommit), so the attempt is counted even if the process then dies.
 //
 // Every claim, the last attempt's too, hides its rows until the lease's end,
 // a finite time in the future: that is how the operator's retry
@@ -150,74 +129,22 @@ RETURNING true`
 // with attempts (releaseClaims).
 var claimReceipts = `
 WITH picked AS (
-    SELECT provider, endpoint, event_id, ` + ownerKey + ` AS owner
+    SELECT provider, endpoint, event_id
       FROM webhook_inbox
      WHERE processed_at IS NULL
        AND available_at <= coalesce($1::timestamptz, now())
        AND attempts < $2
-       AND pg_try_advisory_xact_lock(` + ownerLockClass + `, hashtext(` + ownerKey + `))
      ORDER BY available_at
      LIMIT $3
        FOR UPDATE SKIP LOCKED
-), owners AS (
-    SELECT owner, min(pos) AS pos
-      FROM (SELECT owner, row_number() OVER () AS pos FROM picked) AS p
-     GROUP BY owner
-), mates AS (
-    SELECT w.provider, w.endpoint, w.event_id, o.pos, count(*) OVER (ORDER BY o.pos) AS upto
-      FROM owners AS o
-      JOIN webhook_inbox AS w ON ` + ownerKeyOf("w.") + ` = o.owner
-     WHERE w.processed_at IS NULL
-       AND w.available_at <= coalesce($1::timestamptz, now())
-       AND w.attempts < $2
-), chosen AS (
-    SELECT provider, endpoint, event_id
-      FROM mates
-     WHERE upto <= $3 OR pos = 1
-     ORDER BY pos
-     LIMIT $3
-), taken AS (
-    SELECT w.provider, w.endpoint, w.event_id
-      FROM webhook_inbox AS w
-      JOIN chosen AS c ON (w.provider, w.endpoint, w.event_id) = (c.provider, c.endpoint, c.event_id)
-     WHERE w.processed_at IS NULL
-       AND w.available_at <= coalesce($1::timestamptz, now())
-       AND w.attempts < $2
-       FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE webhook_inbox AS w
    SET attempts     = w.attempts + 1,
        available_at = coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond'
-  FROM taken
- WHERE (w.provider, w.endpoint, w.event_id) = (taken.provider, taken.endpoint, taken.event_id)
+  FROM picked
+ WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
 RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, coalesce(w.api_version, ''), w.source,
           w.available_at, ` + lockKey + ``
-
-// ownerKey is a receipt's owner for the claim (claimReceipts): the invoice
-// it belongs to as far as its payload tells, without a lookup: the event's
-// object when it is an invoice, else the object's invoice field, else its
-// charge field, else the object, else the event itself. It is the
-// expression of the index webhook_inbox_owner
-// (migrations/0022_claim_owner.sql), character for character
-// (TestOwnerKeyIsTheIndexExpression): PostgreSQL uses an expression index
-// only for the same expression. Its columns are unqualified: the claim's
-// scans name the table without an alias.
-var ownerKey = ownerKeyOf("")
-
-// ownerKeyOf is ownerKey on the columns of the table named by prefix ("w.",
-// or "" for unqualified columns).
-func ownerKeyOf(prefix string) string {
-	return `(CASE WHEN ` + prefix + `object_id LIKE 'in\_%' THEN ` + prefix + `object_id
-      ELSE coalesce(nullif(` + idOfIn(prefix, "invoice") + `, ''),
-                    nullif(` + idOfIn(prefix, "charge") + `, ''),
-                    ` + prefix + `object_id, ` + prefix + `event_id) END)`
-}
-
-// ownerLockClass is the first key of the claim's advisory locks (the
-// second is the owner's hash): a space of its own, apart from any other
-// advisory lock (the one-key locks of internal/migrate and internal/approle
-// are another space altogether).
-const ownerLockClass = "24"
 
 // lockKey is the order a batch applies its receipts in (Claimed.LockKey):
 // the invoice each event belongs to, so that every batch takes the rows of
@@ -242,12 +169,8 @@ var lockKey = `CASE WHEN w.object_id LIKE 'in\_%' THEN w.object_id
 
 // idOf is the id in data.object.<field>: the field itself when it is a
 // string, its id when it is an expanded object, else NULL.
-func idOf(field string) string { return idOfIn("w.", field) }
-
-// idOfIn is idOf on the payload of the table named by prefix ("w.", or ""
-// for unqualified columns).
-func idOfIn(prefix, field string) string {
-	f := prefix + "payload #> '{data,object," + field + "}'"
+func idOf(field string) string {
+	f := "w.payload #> '{data,object," + field + "}'"
 	return "CASE jsonb_typeof(" + f + ") WHEN 'string' THEN " + f + " #>> '{}' WHEN 'object' THEN " + f + " ->> 'id' END"
 }
 
