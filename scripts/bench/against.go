@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-inbox/inbox/internal/stripeevent"
 	"github.com/stripe-inbox/inbox/internal/stripetest"
@@ -68,6 +72,8 @@ func against(ctx context.Context, out io.Writer) {
 	fmt.Fprintf(out, "cmd/local, worker only (WORKER_CONCURRENCY drainers, defaults otherwise: claims and batches of 50, not resident), built from %s and from %s, the two alternating on the same backlog, each first in turn (reset and checkpointed before each run). Rate: the run's processed receipts over its duration_ms, as the worker logs them.\n\n", *againstHead, *againstRev)
 	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	load(ctx, invoiceBacklog(n))
+	theirDB := theirDatabase(ctx)
+	defer exec0(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+theirDB.name+" WITH (FORCE)")
 	var t table
 	for _, d := range drainers {
 		var ours, theirs []float64
@@ -75,11 +81,12 @@ func against(ctx context.Context, out io.Writer) {
 			// Alternating, and in turn first (ABBA...), so that neither
 			// build always runs right after the backlog was loaded.
 			for k := range 2 {
-				resetBacklog(ctx)
 				if (r+k)%2 == 0 {
-					ours = append(ours, localDrain(*localBin, d, n))
+					resetBacklog(ctx)
+					ours = append(ours, localDrain(*localBin, *dbURL, d, n))
 				} else {
-					theirs = append(theirs, localDrain(*againstLocal, d, n))
+					theirDB.reset(ctx)
+					theirs = append(theirs, localDrain(*againstLocal, theirDB.url, d, n))
 				}
 			}
 		}
@@ -100,12 +107,12 @@ func rates(v []float64) string {
 // localDrain runs bin (a cmd/local) as a worker with drainers drainers
 // until its first run ends, and returns that run's rate. Every one of the n
 // receipts must have been processed.
-func localDrain(bin string, drainers, n int) float64 {
-	saved := *localBin
-	*localBin = bin
+func localDrain(bin, url string, drainers, n int) float64 {
+	saved, savedURL := *localBin, *dbURL
+	*localBin, *dbURL = bin, url
 	r := startLocal(false, "LOCAL_COMPONENTS=worker", "WORKER_INTERVAL=1h", "WORKER_TIMEOUT=15m", "POLL_INTERVAL=0",
 		"WORKER_CONCURRENCY="+strconv.Itoa(drainers), "LOG_LEVEL=info")
-	*localBin = saved
+	*localBin, *dbURL = saved, savedURL
 	defer r.stop()
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -138,4 +145,66 @@ func localDrain(bin string, drainers, n int) float64 {
 	}
 	fail(fmt.Errorf("%s: no worker run logged in 10 minutes", bin))
 	return 0
+}
+
+// theirDB is the other build's database: its schema is the one its own
+// migrations make (a build that predates a migration cannot run on a
+// database that has it: b5cb437's invoice upsert names ON CONFLICT (id),
+// and migration 0017 made an invoice (id, account)), holding a copy of the
+// benchmark database's backlog.
+type theirDB struct {
+	name, url string
+	pool      *pgxpool.Pool
+}
+
+// theirDatabase creates the other build's database next to the
+// benchmark's, lets the other build's cmd/local migrate it, and copies the
+// backlog into it (the columns every version has).
+func theirDatabase(ctx context.Context) *theirDB {
+	u, err := url.Parse(*dbURL)
+	check(err)
+	name := strings.TrimPrefix(u.Path, "/") + "_against"
+	exec0(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	exec0(ctx, "CREATE DATABASE "+name)
+	u.Path = "/" + name
+	db := &theirDB{name: name, url: u.String()}
+	saved, savedURL := *localBin, *dbURL
+	*localBin, *dbURL = *againstLocal, db.url
+	startLocal(false, "LOCAL_COMPONENTS=worker", "WORKER_INTERVAL=1h", "POLL_INTERVAL=0").stop() // migrates, drains nothing
+	*localBin, *dbURL = saved, savedURL
+	db.pool = openURL(ctx, db.url, 2, false)
+	rows, err := pool0(ctx).Query(ctx, "SELECT provider, endpoint, event_id, event_type, api_version, livemode, account, object_id, payload::text FROM webhook_inbox")
+	check(err)
+	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) {
+		v := make([]any, 9)
+		ptrs := make([]any, 9)
+		for i := range v {
+			ptrs[i] = &v[i]
+		}
+		return v, r.Scan(ptrs...)
+	})
+	check(err)
+	_, err = db.pool.CopyFrom(ctx, pgx.Identifier{"webhook_inbox"},
+		[]string{"provider", "endpoint", "event_id", "event_type", "api_version", "livemode", "account", "object_id", "payload"}, pgx.CopyFromRows(recs))
+	check(err)
+	return db
+}
+
+// reset is resetBacklog on the other build's database: every receipt
+// unprocessed, every other table of its schema emptied.
+func (db *theirDB) reset(ctx context.Context) {
+	var tables []string
+	rows, err := db.pool.Query(ctx, "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' AND tablename NOT IN ('webhook_inbox', 'schema_migrations')")
+	check(err)
+	tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	check(err)
+	for _, q := range []string{
+		"TRUNCATE " + strings.Join(tables, ", "),
+		"UPDATE webhook_inbox SET processed_at = NULL, outcome = NULL, attempts = 0, last_error = NULL, available_at = now()",
+		"VACUUM ANALYZE webhook_inbox",
+	} {
+		_, err := db.pool.Exec(ctx, q)
+		check(err)
+	}
+	checkpoint(ctx)
 }
