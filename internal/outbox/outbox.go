@@ -222,13 +222,19 @@ func (r *Relay) clock() time.Time {
 	return time.Now()
 }
 
-// claim takes due rows under a fresh fencing token.
+// claim takes due rows under a fresh fencing token. It runs on dbCtx, not
+// on the run's ctx: a claim the server committed is always read, even when
+// ctx ends while its answer is on the way, so that publish can give the
+// rows back (it does when ctx has ended). Cancelled halfway, pgx would drop
+// the answer and the rows would stay leased, to nobody, for the lease
+// (OUTBOX_LEASE, 2 min): a relay run that ended just then (a resident run's
+// stopAt) would delay them that long. Run checks ctx before each claim.
 func (r *Relay) claim(ctx context.Context) ([]row, string, error) {
 	token, err := newToken()
 	if err != nil {
 		return nil, "", err
 	}
-	cctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	cctx, cancel := r.dbCtx(ctx)
 	defer cancel()
 	rs, err := r.pool.Query(cctx, claimRows, r.Now(), r.cfg.MaxAttempts, r.cfg.ClaimLimit, r.cfg.Lease.Seconds(), token)
 	if err != nil {

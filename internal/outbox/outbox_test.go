@@ -251,6 +251,43 @@ func TestFailedCallGivesRowsBackUncounted(t *testing.T) {
 	require.Equal(t, 2, b.db.Count(t, "outbox", "published_at IS NULL AND attempts = 0 AND last_error LIKE 'call failed: ResourceNotFoundException%'"))
 }
 
+// A claim the server committed whose answer reached the relay only after
+// the run's context ended (a resident run's stopAt, say) gives its rows
+// back, due at once and their attempt uncounted: they are published by the
+// next run, not after their lease. The answer is held on the wire (the
+// client's reads wait on a gate) until the claim has committed and the
+// context is cancelled.
+func TestAClaimAnsweredAfterTheRunEndedGivesItsRowsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool, gate := b.db.GatedPool(t, 1)
+	client := b.eb.Client(func(o *eventbridge.Options) { o.RetryMaxAttempts = 1 })
+	r, err := outbox.New(pool, client, outbox.Config{Bus: bus}, slog.New(slog.NewJSONHandler(b.logs, nil)), metrics.New(b.metrics, "Test", nil))
+	require.NoError(t, err)
+	// A first run (nothing due) prepares the claim on the pool's one
+	// connection: pgx prepares a statement the first time, and waits for
+	// that answer before it sends the statement.
+	require.Equal(t, 0, run(t, r).Published)
+	b.insert(t, 3, 100)
+
+	gate.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(ctx)
+		done <- err
+	}()
+	b.db.WaitUntil(t, "the claim has committed", "SELECT count(*) = 3 FROM outbox WHERE claim_token IS NOT NULL")
+	cancel()
+	gate.OpenOnDeadline(time.Second)
+	require.NoError(t, <-done)
+
+	require.Empty(t, b.eb.Events(), "nothing is sent once the run has ended")
+	require.Equal(t, 3, b.db.Count(t, "outbox", "published_at IS NULL AND claim_token IS NULL AND attempts = 0 AND available_at <= now()"),
+		"the claimed rows are given back, due now, attempt uncounted")
+	require.Equal(t, 3, run(t, r).Published)
+}
+
 func onlyCall(events []eventbridgetest.Event, call int) map[int64]int {
 	m := map[int64]int{}
 	for _, e := range events {

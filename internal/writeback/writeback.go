@@ -198,7 +198,7 @@ func (s *Sender) Run(ctx context.Context) (Summary, error) {
 		// The lease's end on the sender's clock, from before the claim: no
 		// later than the database's, but for clock skew.
 		leaseEnd := s.Clock().Add(s.cfg.Lease)
-		token, intents, err := s.store.Claim(ctx, s.cfg.ClaimLimit, s.cfg.Lease, s.cfg.KeyLifetime)
+		token, intents, err := s.claim(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return sum, nil
@@ -238,6 +238,19 @@ func (s *Sender) Run(ctx context.Context) (Summary, error) {
 		s.logger.InfoContext(ctx, "write-backs", "summary", sum)
 	}
 	return sum, nil
+}
+
+// claim claims due intents on a context that outlives ctx (bounded as
+// record's): a claim the store committed is always read, even when ctx ends
+// while its answer is on the way, and its intents are then given back at
+// once (a call on an ended ctx fails, and failed releases it; the rest are
+// released unsent). Cancelled halfway, the answer would be dropped and the
+// intents would stay leased, to nobody, for the lease. Run checks ctx
+// before each claim.
+func (s *Sender) claim(ctx context.Context) (string, []Intent, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return s.store.Claim(cctx, s.cfg.ClaimLimit, s.cfg.Lease, s.cfg.KeyLifetime)
 }
 
 // record records o; a record made after ctx ended still runs (the call

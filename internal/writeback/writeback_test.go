@@ -133,6 +133,45 @@ func TestTwoEventObjectsOneIntentOneCall(t *testing.T) {
 	require.Len(t, b.stripe.Requests(), before, "a recorded intent is never called again")
 }
 
+// A claim the database committed whose answer reached the sender only
+// after the run's context ended gives its intents back, due at once and
+// their attempt uncounted, and sends nothing: the next run sends them, not
+// the end of their lease. The answer is held on the wire until the claim
+// has committed and the context is cancelled.
+func TestAClaimAnsweredAfterTheRunEndedGivesItsIntentsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "cus_1", "cus_2")
+	pool, gate := b.db.GatedPool(t, 1)
+	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: b.stripe.URL})
+	require.NoError(t, err)
+	s, err := writeback.New(writeback.DBStore{DB: pool}, api, testConfig(), nil, nil)
+	require.NoError(t, err)
+	// A first run (nothing due) prepares the claim on the pool's one
+	// connection: pgx prepares a statement the first time, and waits for
+	// that answer before it sends the statement.
+	require.Equal(t, 0, b.run(t, s).Claimed)
+	b.pay(t, "in_1", "cus_1")
+	b.pay(t, "in_2", "cus_2")
+
+	gate.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(ctx)
+		done <- err
+	}()
+	b.db.WaitUntil(t, "the claim has committed", "SELECT count(*) = 2 FROM writeback_intents WHERE claim_token IS NOT NULL")
+	cancel()
+	gate.OpenOnDeadline(time.Second)
+	require.NoError(t, <-done)
+
+	require.Empty(t, posts(b.stripe.Requests()), "nothing is sent once the run has ended")
+	require.Equal(t, 2, b.db.Count(t, "writeback_intents", "status = 'pending' AND claim_token IS NULL AND attempts = 0 AND available_at <= now()"),
+		"the claimed intents are given back, due now, attempt uncounted")
+	sum := b.run(t, s)
+	require.Equal(t, 2, sum.Done)
+}
+
 // An ambiguous failure (the request ran, the answer was lost: a reset; or
 // a 503 before it ran) is retried with the same key, and the stand-in
 // applies it once. A request that ran and then failed with a 500 saved the
