@@ -17,8 +17,16 @@
 // statements always run together, directly after its savepoint, and nothing
 // is applied twice. A job that fails is rolled back to its savepoint (with
 // the jobs after it, which go again in the next wave). The wave size halves
-// after a cut and doubles after a wave without one, so when most jobs need
-// several statements the waves shrink to one job and little is sent twice.
+// after a wave that sent jobs again and doubles after a wave without one,
+// so when most jobs need several statements the waves shrink to one job
+// and little is sent twice.
+//
+// Jobs of a class that usually needs several statements (RunClasses:
+// Shapes learns it from the jobs that ran, say charge.refunded, which
+// books each refund it lists) end the wave they are in: the wave is sent
+// up to and with such a job, which then finishes alone with nothing after
+// it to roll back. In a mix where one job in ten is of such a class, cutting
+// the wave at it instead sends most jobs two or three times (issue 24).
 // A call that returns rows (Query) is read while its job runs, so it goes
 // alone. A job's context is honoured on both paths: a call whose context is
 // done is not sent and fails with the context's error; a call that runs
@@ -31,6 +39,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -62,7 +71,23 @@ type Job func(ctx context.Context, db DB) error
 // error and went on in an aborted transaction): the caller rolls back, and
 // nothing of the jobs holds.
 func Run(ctx context.Context, tx pgx.Tx, jobs []Job, more func() bool) (int, []error, error) {
-	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs))}
+	return RunClasses(ctx, tx, jobs, Classes{}, more)
+}
+
+// Classes says what class each job is of (jobs[i]'s is Of[i]; the worker's
+// is the event type) and where the shapes of the classes are learned. The
+// zero value: no classes, nothing learned, every wave as Run sends it.
+type Classes struct {
+	Of     []string
+	Shapes *Shapes
+}
+
+// RunClasses is Run, learning in c.Shapes how many statements the jobs of
+// each class make and ending a wave at a job whose class usually makes
+// several (see the package comment). Which jobs end a wave changes only the
+// round trips, never what is applied.
+func RunClasses(ctx context.Context, tx pgx.Tx, jobs []Job, c Classes, more func() bool) (int, []error, error) {
+	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs)), classes: c}
 	defer func() {
 		for _, c := range r.started {
 			c.stop()
@@ -85,6 +110,9 @@ func Run(ctx context.Context, tx pgx.Tx, jobs []Job, more func() bool) (int, []e
 		n := 0
 		for n < min(len(queue), size) && queue[n].pending.kind != queryCall {
 			n++
+			if queue[n-1].several {
+				break // its further statements run after the wave, alone
+			}
 		}
 		settled, cut, err := r.runWave(queue[:max(n, 1)]) // a Query goes alone
 		if err != nil {
@@ -104,9 +132,25 @@ func Run(ctx context.Context, tx pgx.Tx, jobs []Job, more func() bool) (int, []e
 type runner struct {
 	ctx     context.Context
 	tx      pgx.Tx
+	classes Classes
 	wave    int
 	errs    []error      // one per job started, in order
 	started []*coroutine // every job started, stopped when Run returns
+}
+
+// class is the class of the job at pos ("" when none was given).
+func (r *runner) class(pos int) string {
+	if pos < len(r.classes.Of) {
+		return r.classes.Of[pos]
+	}
+	return ""
+}
+
+// settle records what the job made of its class, once it has returned.
+func (r *runner) settle(c *coroutine) {
+	if class := r.class(c.pos); class != "" && c.statements > 0 {
+		r.classes.Shapes.record(class, c.statements)
+	}
 }
 
 // start starts the next job and runs it up to its first call (or its
@@ -114,6 +158,7 @@ type runner struct {
 // context's error without being sent.
 func (r *runner) start(job Job) *coroutine {
 	c := startJob(r.ctx, len(r.errs), job)
+	c.several = r.classes.Shapes.several(r.class(c.pos))
 	r.errs = append(r.errs, nil)
 	r.started = append(r.started, c)
 	c.skipDone()
@@ -122,7 +167,8 @@ func (r *runner) start(job Job) *coroutine {
 
 // runWave sends the wave and hands the replies to its jobs in order. It
 // returns how many of them it settled (the rest wait, their first statement
-// pending, for the next wave) and whether the wave was cut short.
+// pending, for the next wave) and whether the wave was cut short: jobs of
+// it were rolled back, to be sent again.
 func (r *runner) runWave(wave []*coroutine) (settled int, cut bool, err error) {
 	w := r.wave
 	r.wave++
@@ -139,8 +185,8 @@ func (r *runner) runWave(wave []*coroutine) (settled int, cut bool, err error) {
 		if !c.done() {
 			// It wants another statement: undo the statements of the jobs
 			// after it, and let it finish alone.
-			cut = true
 			if k+1 < sent {
+				cut = true
 				if _, err := r.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+wave[k+1].savepoint); err != nil {
 					return 0, false, fmt.Errorf("rolling back the rest of a wave: %w", err)
 				}
@@ -153,13 +199,18 @@ func (r *runner) runWave(wave []*coroutine) (settled int, cut bool, err error) {
 			}
 		}
 		if c.err != nil {
-			cut = true // rolling back to its savepoint undoes the jobs after it
+			// Rolling back to its savepoint undoes the jobs after it.
+			cut = cut || k+1 < sent
 			if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+c.savepoint); err != nil {
 				return 0, false, fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
 			}
 		}
 		r.errs[c.pos] = c.err
+		r.settle(c)
 		if cut {
+			for _, d := range wave[k+1 : sent] {
+				d.statements = 0 // rolled back: sent again from the start
+			}
 			return k + 1, true, nil
 		}
 	}
@@ -204,4 +255,53 @@ func (r *runner) send(wave []*coroutine) (int, error) {
 		return sent, err
 	}
 	return sent, nil
+}
+
+// Shapes learns, per class of job, whether its jobs usually make more than
+// one statement: RunClasses ends a wave at a job of such a class. Several
+// Runs may share one (the worker's drainers do). A class seen for the
+// first time is taken to make one.
+type Shapes struct {
+	mu sync.Mutex
+	m  map[string]*shape
+}
+
+type shape struct{ jobs, several int }
+
+// shapeMemory bounds what a class remembers: past it, the counts are
+// halved, so a class whose jobs change shape is followed.
+const shapeMemory = 1000
+
+// several reports whether most jobs of class made more than one statement.
+func (s *Shapes) several(class string) bool {
+	if s == nil || class == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.m[class]
+	return sh != nil && 2*sh.several > sh.jobs
+}
+
+func (s *Shapes) record(class string, statements int) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]*shape{}
+	}
+	sh := s.m[class]
+	if sh == nil {
+		sh = &shape{}
+		s.m[class] = sh
+	}
+	sh.jobs++
+	if statements > 1 {
+		sh.several++
+	}
+	if sh.jobs >= shapeMemory {
+		sh.jobs, sh.several = sh.jobs/2, sh.several/2
+	}
 }

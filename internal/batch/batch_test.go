@@ -143,6 +143,47 @@ func TestAJobOfSeveralStatementsCutsTheWaveAndNothingIsAppliedTwice(t *testing.T
 	}
 }
 
+// A class whose jobs took several statements ends the wave it is in, once
+// Shapes has seen it: the job's further statements run after the wave, and
+// nothing after it is rolled back and sent again. The same jobs cost one
+// round trip fewer, and each counter still ends at its job's statements.
+func TestAClassThatTookSeveralStatementsEndsItsWave(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	counts := []int{1, 1, 3, 1, 1, 1}
+	classes := []string{"one", "one", "three", "one", "one", "one"}
+	jobs := func(base int) []batch.Job {
+		var jobs []batch.Job
+		for k, c := range counts {
+			jobs = append(jobs, bump(base+k, c, nil))
+		}
+		return jobs
+	}
+	runClasses := func(jobs []batch.Job, c batch.Classes) int64 {
+		tx, err := b.conn.Begin(context.Background())
+		require.NoError(t, err)
+		before := b.writes.Load()
+		n, errs, err := batch.RunClasses(context.Background(), tx, jobs, c, nil)
+		trips := b.writes.Load() - before
+		require.NoError(t, err)
+		require.Equal(t, len(jobs), n)
+		require.Equal(t, make([]error, len(jobs)), errs)
+		require.NoError(t, tx.Commit(context.Background()))
+		return trips
+	}
+	var shapes batch.Shapes
+	// Unknown classes: one wave of six, cut at job 2 (a rollback of jobs
+	// 3-5, two statements alone), then jobs 3-5 again.
+	require.EqualValues(t, 5, runClasses(jobs(0), batch.Classes{Of: classes, Shapes: &shapes}))
+	// Learned: jobs 0-2, job 2's two statements alone, jobs 3-5.
+	require.EqualValues(t, 4, runClasses(jobs(10), batch.Classes{Of: classes, Shapes: &shapes}))
+	for _, base := range []int{0, 10} {
+		for k, c := range counts {
+			require.Equal(t, c, b.counter(t, base+k), "counter %d", base+k)
+		}
+	}
+}
+
 func TestAFailingJobIsRolledBackToItsSavepointAndTheOthersStay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

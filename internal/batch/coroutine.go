@@ -48,8 +48,12 @@ type coroutine struct {
 	// pending is the call the job is suspended on; nil once it returned.
 	pending *dbCall
 	err     error // what the job returned
-	// statements counts the calls Run has sent for it.
+	// statements counts the calls Run has sent for it that stand (not
+	// rolled back with the rest of a wave).
 	statements int
+	// several: its class usually makes more than one statement (Shapes),
+	// so its wave ends with it.
+	several bool
 }
 
 // startJob runs job until its first call (or its return).

@@ -36,8 +36,9 @@ import (
 // A handler may run more than once for one receipt: when a batch
 // transaction fails (another receipt's handler broke it, the connection was
 // lost), nothing of it commits and the worker runs each of its receipts'
-// handlers again, one transaction each; a deadlock reruns one alone after
-// the batch; a failure reruns it after a backoff. So a handler has no
+// handlers again, one transaction each; a deadlock, or a lock wait past the
+// lock timeout of the transaction of a batch's unplaced refunds, reruns one
+// alone after it; a failure reruns it after a backoff. So a handler has no
 // effects outside the database (no HTTP calls, no messages sent, no
 // files): what must reach the outside world goes through the outbox, in the
 // same transaction, and is sent only once it has committed.

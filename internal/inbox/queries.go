@@ -190,6 +190,10 @@ SELECT EXISTS (
 // queryWithin).
 const setLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
 
+// setLocalTimeouts: $1 the statement timeout, $2 the lock timeout ('100ms').
+// For the current transaction only (SetLocalTimeouts).
+const setLocalTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)`
+
 // setLocalAsyncCommit: the current transaction commits without waiting for
 // its WAL flush (the claim's; see claimLocals in claim.go).
 const setLocalAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`

@@ -12,8 +12,27 @@ import (
 // and the connection stays usable. The worker's processing transactions run
 // under it.
 func SetLocalStatementTimeout(ctx context.Context, tx DB, d time.Duration) error {
-	if _, err := tx.Exec(ctx, setLocalStatementTimeout, fmt.Sprintf("%dms", max(d.Milliseconds(), 1))); err != nil { // 0 would mean none
-		return fmt.Errorf("setting statement_timeout: %w", err)
+	return SetLocalTimeouts(ctx, tx, d, 0)
+}
+
+// SetLocalTimeouts is SetLocalStatementTimeout, and with a positive lock
+// also bounds each lock wait of tx by lock (lock_timeout for tx only, in
+// the same statement): a statement that waits longer for a lock fails with
+// SQLSTATE 55P03 (lock_not_available), and only that statement (its
+// savepoint) is rolled back. PostgreSQL: "lock_timeout ... Abort any
+// statement that waits longer than the specified amount of time while
+// attempting to acquire a lock on a table, index, row, or other database
+// object" (https://www.postgresql.org/docs/15/runtime-config-client.html).
+func SetLocalTimeouts(ctx context.Context, tx DB, statement, lock time.Duration) error {
+	st := fmt.Sprintf("%dms", max(statement.Milliseconds(), 1)) // 0 would mean none
+	if lock <= 0 {
+		if _, err := tx.Exec(ctx, setLocalStatementTimeout, st); err != nil {
+			return fmt.Errorf("setting statement_timeout: %w", err)
+		}
+		return nil
+	}
+	if _, err := tx.Exec(ctx, setLocalTimeouts, st, fmt.Sprintf("%dms", max(lock.Milliseconds(), 1))); err != nil {
+		return fmt.Errorf("setting statement_timeout and lock_timeout: %w", err)
 	}
 	return nil
 }

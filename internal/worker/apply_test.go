@@ -364,3 +364,46 @@ func TestBatchWhereEveryHandlerNeedsSeveralStatements(t *testing.T) {
 	require.Equal(t, 18, b.db.Count(t, "ledger_entries", ""))
 	require.Equal(t, 9, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1"))
 }
+
+// TestUnplacedRefundThatWaitsTooLongIsAppliedOnItsOwn: the refunds the
+// claim could not place (no invoice linked to their charge yet) go in one
+// transaction after the batch, where no lock is waited for long; one whose
+// charge's link another transaction holds gives up after the lock timeout,
+// the others of that transaction commit, and it is applied on its own
+// (waiting as long as it takes) once that transaction has committed. Each
+// refund is booked once.
+func TestUnplacedRefundThatWaitsTooLongIsAppliedOnItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, "INSERT INTO payment_links (payment_id, has_refunds) VALUES ('ch_held', true)")
+	require.NoError(t, err)
+	other := b.db.Connect(t)
+	tx, err := other.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "SELECT 1 FROM payment_links WHERE payment_id = 'ch_held' FOR UPDATE")
+	require.NoError(t, err)
+
+	b.receive(t, paid("evt_paid", "in_1"))
+	b.receive(t, stripetest.Event("evt_re_held", "refund.created", stripetest.Refund("re_held", "ch_held", 300)))
+	b.receive(t, stripetest.Event("evt_re_a", "refund.created", stripetest.Refund("re_a", "ch_a", 200)))
+	b.receive(t, stripetest.Event("evt_re_b", "refund.created", stripetest.Refund("re_b", "ch_b", 100)))
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, ClaimLimit: 4, BatchSize: 4, StatementTimeout: 10 * time.Second, DeadlineMargin: 20 * time.Second})
+	done := make(chan worker.Summary, 1)
+	go func() { done <- b.run(t, w) }()
+
+	b.db.WaitUntil(t, "every receipt but the held refund is processed",
+		"SELECT count(*) = 3 FROM webhook_inbox WHERE processed_at IS NOT NULL AND event_id <> 'evt_re_held'")
+	b.db.WaitForLockWaiter(t) // the held refund, on its own now
+	require.Equal(t, 0, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND event_id = 'evt_re_held'"))
+	require.NoError(t, tx.Commit(ctx))
+	s := <-done
+	require.Equal(t, 4, s.Processed)
+	require.Equal(t, 0, s.Failed)
+	require.Equal(t, 1, s.LockWaits, "the held refund gave up once in the batch")
+	require.Equal(t, 4, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL AND attempts = 1 AND last_error IS NULL"))
+	for _, re := range []string{"re_held", "re_a", "re_b"} {
+		require.Equal(t, 1, b.db.Count(t, "ledger_entries", "kind = $1", "refund:"+re), re)
+	}
+}

@@ -16,7 +16,8 @@ import (
 // refunds that succeed, fail or are canceled, PaymentIntent payments, twins)
 // and no receipt is ever a deadlock's victim: batches take an invoice's rows
 // in one order (lockOrder), and refunds whose charge is not linked yet are
-// applied alone (splitUnplaced). Before that, such a drain had deadlock
+// applied after the batch, in a transaction whose lock waits are bounded
+// (splitUnplaced, unplacedLockWait). Before that, such a drain had deadlock
 // after deadlock, each costing deadlock_timeout. The end state is the
 // stories' own.
 func TestBacklogWithRefundsDrainsWithoutDeadlocks(t *testing.T) {

@@ -9,9 +9,10 @@ import (
 )
 
 // TestRefundsOfUnlinkedChargesLeaveTheBatch: a refund event whose invoice
-// the claim could not tell (LockKey is its charge) is applied alone after
-// the batch; everything else, refunds whose invoice is known included,
-// keeps its place in the invoice order. (The drain figures in
+// the claim could not tell (LockKey is its charge) is applied after the
+// batch, in a transaction of the batch's unplaced refunds; everything else,
+// refunds whose invoice is known included, keeps its place in the invoice
+// order. (The drain figures in
 // scripts/bench show what this is for: with refunds in the batch, 4
 // drainers deadlocked again and again.)
 func TestRefundsOfUnlinkedChargesLeaveTheBatch(t *testing.T) {

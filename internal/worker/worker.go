@@ -29,6 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-inbox/inbox/internal/batch"
 	"github.com/stripe-inbox/inbox/internal/handlers"
 	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/metrics"
@@ -53,6 +54,12 @@ type Worker struct {
 	// deadlocks counts the receipts rolled back because PostgreSQL chose
 	// them as a deadlock's victim (Summary.Deadlocks, metric Deadlocks).
 	deadlocks atomic.Int64
+	// lockWaits counts the unplaced refunds that waited for a lock past
+	// unplacedLockWait (see there).
+	lockWaits atomic.Int64
+	// shapes is what the drainers' batches learned of the event types
+	// whose handlers take several statements (internal/batch).
+	shapes batch.Shapes
 
 	// The outbox relay, when attached (SetRelay; see relay.go).
 	relay      Relay
@@ -105,6 +112,11 @@ type Summary struct {
 	// cost the other transaction deadlock_timeout (1 s): batches take rows
 	// in one order so that this stays 0 (apply.go, lockOrder).
 	Deadlocks int `json:"deadlocks"`
+	// LockWaits counts the receipts of the run that waited for a lock past
+	// the lock timeout of their transaction (the refunds the claim could
+	// not place, apply.go, unplacedLockWait) and were applied again on
+	// their own: nothing is lost, each cost one transaction.
+	LockWaits int `json:"lock_waits"`
 	// UnexpectedAPIVersion counts the receipts claimed for the first time
 	// whose API version is not Config.APIVersion (drift.go).
 	UnexpectedAPIVersion int `json:"unexpected_api_version"`
@@ -147,7 +159,7 @@ func (s *Summary) add(o Outcome, anomaly bool) {
 // must not fail the invocation (and page).
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	start := time.Now()
-	deadlocksBefore := w.deadlocks.Load()
+	deadlocksBefore, lockWaitsBefore := w.deadlocks.Load(), w.lockWaits.Load()
 	stopAt := w.stopAt(ctx)
 
 	acc := &runAcc{}
@@ -185,6 +197,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	total.UnresolvedAnomalies = unresolved
 	total.DurationMs = time.Since(start).Milliseconds()
 	total.Deadlocks = int(w.deadlocks.Load() - deadlocksBefore)
+	total.LockWaits = int(w.lockWaits.Load() - lockWaitsBefore)
 
 	// Whatever failed, emit what is known: the counts of this run always,
 	// and each gauge that could be read. A gauge missing only when it could

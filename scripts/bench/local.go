@@ -40,6 +40,20 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// linesFrom returns the complete lines written from offset off on, and the
+// offset after them: a poll of the log reads each line once, so it costs
+// the machine (shared with the process measured) only the new lines.
+func (l *lockedBuffer) linesFrom(off int) ([]string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b.Bytes()[off:]
+	end := bytes.LastIndexByte(b, '\n')
+	if end < 0 {
+		return nil, off
+	}
+	return strings.Split(string(b[:end]), "\n"), off + end + 1
+}
+
 var listeningLine = regexp.MustCompile(`listening on (http://\S+) `)
 
 // startLocal starts cmd/local with env (on top of a clean environment: PATH
