@@ -2,15 +2,18 @@ package worker
 
 // This file is one receipt's transaction, read top to bottom in the order a
 // claimed batch meets it (drain, in worker.go, hands it over):
-// processBatch orders the batch and splits off the refunds it cannot place;
+// processBatch orders the batch and splits off the refunds it cannot place
+// (applied after it, in a transaction of their own with bounded lock
+// waits, unplacedLockWait);
 // batchTx locks the receipts (inbox.LockMany), re-checks them, filters the
 // other mode (books), runs the handlers (applyHandler), records failures
-// (isDeadlock, describe, backoff) and marks the rest processed
-// (inbox.MarkManyProcessed), in one commit; oneByOne is the fallback when
-// that transaction fails, and giveBack releases the receipts the deadline
-// margin leaves unstarted; process is the one-receipt transaction (apply:
-// lock, re-check, mode filter, handler, mark) that BATCH_SIZE=1, the
-// fallback and a deadlocked receipt use. The deadline margin, inTx and the
+// (isDeadlock, isLockTimeout, describe, backoff) and marks the rest
+// processed (inbox.MarkManyProcessed), in one commit; oneByOne is the
+// fallback when that transaction fails, and giveBack releases the receipts
+// the deadline margin leaves unstarted; process is the one-receipt
+// transaction (apply: lock, re-check, mode filter, handler, mark) that
+// BATCH_SIZE=1, the fallback, a deadlocked receipt and a refund that gave
+// up a lock wait use. The deadline margin, inTx and the
 // connection the transactions run on close the file.
 
 import (
