@@ -50,12 +50,18 @@ func setup(t *testing.T) *testBundle {
 // throttled or failed call is what these tests look at.
 func (b *testBundle) relay(t *testing.T, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
+	return b.relayOn(t, b.pool, cfg)
+}
+
+// relayOn is relay on another pool.
+func (b *testBundle) relayOn(t *testing.T, pool *pgxpool.Pool, cfg outbox.Config) *outbox.Relay {
+	t.Helper()
 	if cfg.Bus == "" {
 		cfg.Bus = bus
 	}
 	client := b.eb.Client(func(o *eventbridge.Options) { o.RetryMaxAttempts = 1 })
 	em := metrics.New(b.metrics, "Test", map[string]string{"Service": "worker"})
-	r, err := outbox.New(b.pool, client, cfg, slog.New(slog.NewJSONHandler(b.logs, nil)), em)
+	r, err := outbox.New(pool, client, cfg, slog.New(slog.NewJSONHandler(b.logs, nil)), em)
 	require.NoError(t, err)
 	return r
 }
@@ -261,9 +267,7 @@ func TestAClaimAnsweredAfterTheRunEndedGivesItsRowsBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pool, gate := b.db.GatedPool(t, 1)
-	client := b.eb.Client(func(o *eventbridge.Options) { o.RetryMaxAttempts = 1 })
-	r, err := outbox.New(pool, client, outbox.Config{Bus: bus}, slog.New(slog.NewJSONHandler(b.logs, nil)), metrics.New(b.metrics, "Test", nil))
-	require.NoError(t, err)
+	r := b.relayOn(t, pool, outbox.Config{})
 	// A first run (nothing due) prepares the claim on the pool's one
 	// connection: pgx prepares a statement the first time, and waits for
 	// that answer before it sends the statement.

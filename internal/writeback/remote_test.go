@@ -17,7 +17,6 @@ import (
 	"github.com/stripe-inbox/inbox/internal/invokeproof"
 	"github.com/stripe-inbox/inbox/internal/invokeproof/ststest"
 	"github.com/stripe-inbox/inbox/internal/metrics"
-	"github.com/stripe-inbox/inbox/internal/stripeapitest"
 	"github.com/stripe-inbox/inbox/internal/writeback"
 )
 
@@ -104,10 +103,7 @@ func TestTheRemoteSenderSendsThroughTheStoreFunction(t *testing.T) {
 	require.Equal(t, 1, bl.Pending)
 	require.Contains(t, gauges.String(), `"WritebacksPending":1`)
 
-	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: b.stripe.URL})
-	require.NoError(t, err)
-	s, err := writeback.New(remote, api, testConfig(), nil, nil)
-	require.NoError(t, err)
+	s := b.senderWith(t, remote, testConfig())
 	sum := b.run(t, s)
 	require.Equal(t, 1, sum.Calls)
 	require.Equal(t, 1, sum.Done)

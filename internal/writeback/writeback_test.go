@@ -42,9 +42,15 @@ func testConfig() writeback.Config {
 
 func (b *bundle) sender(t *testing.T, cfg writeback.Config) *writeback.Sender {
 	t.Helper()
+	return b.senderWith(t, writeback.DBStore{DB: b.db.Pool}, cfg)
+}
+
+// senderWith is a sender on store, calling the bundle's stand-in.
+func (b *bundle) senderWith(t *testing.T, store writeback.Store, cfg writeback.Config) *writeback.Sender {
+	t.Helper()
 	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: b.stripe.URL})
 	require.NoError(t, err)
-	s, err := writeback.New(writeback.DBStore{DB: b.db.Pool}, api, cfg, nil, nil)
+	s, err := writeback.New(store, api, cfg, nil, nil)
 	require.NoError(t, err)
 	return s
 }
@@ -142,10 +148,7 @@ func TestAClaimAnsweredAfterTheRunEndedGivesItsIntentsBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "cus_1", "cus_2")
 	pool, gate := b.db.GatedPool(t, 1)
-	api, err := writeback.NewClient(writeback.ClientConfig{Key: stripeapitest.Key, BaseURL: b.stripe.URL})
-	require.NoError(t, err)
-	s, err := writeback.New(writeback.DBStore{DB: pool}, api, testConfig(), nil, nil)
-	require.NoError(t, err)
+	s := b.senderWith(t, writeback.DBStore{DB: pool}, testConfig())
 	// A first run (nothing due) prepares the claim on the pool's one
 	// connection: pgx prepares a statement the first time, and waits for
 	// that answer before it sends the statement.
