@@ -32,7 +32,7 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 	w.logger.InfoContext(ctx, "worker resident", "poll_interval", w.cfg.PollInterval.String(), "listen", w.cfg.Listen, "stop_at", stopAt)
 
 	wake := make(chan struct{}, 1)
-	var listening atomic.Bool
+	var l listenState
 	lctx, stopListening := context.WithCancel(ctx)
 	var lwg sync.WaitGroup
 	defer func() {
@@ -46,7 +46,7 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 		lwg.Add(1)
 		go func() {
 			defer lwg.Done()
-			w.listen(lctx, wake, &listening)
+			w.listen(lctx, wake, &l)
 		}()
 	}
 
@@ -55,6 +55,7 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 		unlogged int       // failed polls since
 	)
 	lastFlush := time.Now()
+	var roundAfter int64 // the LISTENs registered before the last woken round
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -75,17 +76,15 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 			if !stopAt.IsZero() {
 				wait = min(wait, time.Until(stopAt))
 			}
-			// The listener signals before it reports listening, so when
-			// this reads true, its first wake-up is pending (taken here) or
-			// was taken before: an "idle" record that says listening means
-			// that only a notification or a poll starts the next round.
-			isListening := listening.Load()
 			woken := false
 			select {
 			case <-wake:
 				woken = true
 			default:
-				w.logger.DebugContext(ctx, "worker idle", "listening", isListening)
+				// "listening" says that the LISTEN in place now was in
+				// place before a round that has run: only a notification
+				// or a poll starts the next round.
+				w.logger.DebugContext(ctx, "worker idle", "listening", l.caughtUp(roundAfter))
 				timer.Reset(wait)
 				select {
 				case <-ctx.Done():
@@ -100,6 +99,9 @@ func (w *Worker) resident(ctx context.Context, stopAt time.Time, acc *runAcc) {
 				return
 			}
 			if woken {
+				// Read after the wake-up: a LISTEN it announces is
+				// counted, and the round below starts after it.
+				roundAfter = l.registered.Load()
 				break // the claim is the check
 			}
 			found, err := w.claimable(ctx, stopAt)
@@ -148,7 +150,7 @@ func (w *Worker) claimable(ctx context.Context, stopAt time.Time) (bool, error) 
 // The connection is taken out of the pool for good (it must not go back with
 // a LISTEN registered) and closed at the end. When it fails, it logs, lets
 // polling carry on, and tries again after a pause.
-func (w *Worker) listen(ctx context.Context, wake chan<- struct{}, listening *atomic.Bool) {
+func (w *Worker) listen(ctx context.Context, wake chan<- struct{}, l *listenState) {
 	signal := func() {
 		select {
 		case wake <- struct{}{}:
@@ -156,8 +158,8 @@ func (w *Worker) listen(ctx context.Context, wake chan<- struct{}, listening *at
 		}
 	}
 	for ctx.Err() == nil {
-		err := w.listenOnce(ctx, signal, listening)
-		listening.Store(false)
+		err := w.listenOnce(ctx, signal, l)
+		l.listening.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -171,7 +173,23 @@ func (w *Worker) listen(ctx context.Context, wake chan<- struct{}, listening *at
 	}
 }
 
-func (w *Worker) listenOnce(ctx context.Context, signal func(), listening *atomic.Bool) error {
+// listenState is what the listener tells the loop (for its "worker idle"
+// records): whether a LISTEN is in place, and how many have been
+// registered.
+type listenState struct {
+	listening  atomic.Bool
+	registered atomic.Int64
+}
+
+// caughtUp reports whether a LISTEN is in place and was registered before
+// the last round the listener woke (whose count of registrations, read
+// after that wake-up, is roundAfter): then nothing stored before the LISTEN
+// is left to find.
+func (l *listenState) caughtUp(roundAfter int64) bool {
+	return l.listening.Load() && roundAfter > 0 && roundAfter == l.registered.Load()
+}
+
+func (w *Worker) listenOnce(ctx context.Context, signal func(), l *listenState) error {
 	pc, err := w.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -182,10 +200,11 @@ func (w *Worker) listenOnce(ctx context.Context, signal func(), listening *atomi
 		return err
 	}
 	// A receipt stored between the last claim and the LISTEN sent its
-	// notification to nobody: look once now (before reporting listening;
-	// see resident).
+	// notification to nobody: look once now. Counted before the wake-up,
+	// so the loop reads the count when it takes it (see resident).
+	l.registered.Add(1)
+	l.listening.Store(true)
 	signal()
-	listening.Store(true)
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err

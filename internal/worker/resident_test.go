@@ -32,12 +32,36 @@ type idleWatch struct {
 	idle, idleListening atomic.Int64
 	stopped             atomic.Int64
 	pollFailed          atomic.Int64 // "polling for receipts failed" records
+
+	mu       sync.Mutex
+	warnings []string // the worker's warnings and errors, for a failure's message
+}
+
+// reported is what the worker warned of, for a test that gave up waiting.
+func (h *idleWatch) reported() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.warnings) == 0 {
+		return "the worker logged no warning"
+	}
+	return "the worker logged: " + strings.Join(h.warnings, "; ")
 }
 
 func (h *idleWatch) Enabled(context.Context, slog.Level) bool { return true }
 func (h *idleWatch) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *idleWatch) WithGroup(string) slog.Handler            { return h }
 func (h *idleWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		var b strings.Builder
+		b.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		h.mu.Lock()
+		h.warnings = append(h.warnings, b.String())
+		h.mu.Unlock()
+	}
 	switch r.Message {
 	case "worker idle":
 		h.idle.Add(1)
@@ -55,12 +79,16 @@ func (h *idleWatch) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// waitFor waits until cond holds (at most 30 s, as pgtest.WaitUntil).
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor waits until cond holds (at most 30 s, as pgtest.WaitUntil). The
+// failure's message has what watch recorded, when there is one.
+func waitFor(t *testing.T, what string, cond func() bool, watch ...*idleWatch) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, w := range watch {
+				t.Log(w.reported())
+			}
 			t.Fatalf("gave up waiting until %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -131,11 +159,11 @@ func TestResidentWorkerPicksUpAReceiptStoredWhileItIdles(t *testing.T) {
 	defer cancel()
 	wait := runAsync(ctx, w)
 
-	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
+	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 }, watch)
 	storeEvent(t, b.pool, paid("evt_idle", "in_idle"), false)
 	b.db.WaitUntil(t, "the receipt is processed", "SELECT count(*) = 1 FROM webhook_inbox WHERE event_id = 'evt_idle' AND processed_at IS NOT NULL")
 	idle := watch.idle.Load()
-	waitFor(t, "the worker idles again", func() bool { return watch.idle.Load() > idle })
+	waitFor(t, "the worker idles again", func() bool { return watch.idle.Load() > idle }, watch)
 	cancel()
 	s, err := wait()
 	require.NoError(t, err)
@@ -157,13 +185,13 @@ func TestResidentWorkerWakesOnNotification(t *testing.T) {
 
 	// Idle with the LISTEN registered: the listener's own first wake-up
 	// (a look for what came before the LISTEN) is over too.
-	waitFor(t, "the worker idles while listening", func() bool { return watch.idleListening.Load() > 0 })
+	waitFor(t, "the worker idles while listening", func() bool { return watch.idleListening.Load() > 0 }, watch)
 	for i := range 3 {
 		idle := watch.idleListening.Load()
 		storeEvent(t, b.pool, paid(fmt.Sprintf("evt_n%d", i), fmt.Sprintf("in_n%d", i)), true)
 		b.db.WaitUntil(t, "the notified receipt is processed",
 			fmt.Sprintf("SELECT count(*) = 1 FROM webhook_inbox WHERE event_id = 'evt_n%d' AND processed_at IS NOT NULL", i))
-		waitFor(t, "the worker idles again", func() bool { return watch.idleListening.Load() > idle })
+		waitFor(t, "the worker idles again", func() bool { return watch.idleListening.Load() > idle }, watch)
 	}
 	cancel()
 	s, err := wait()
@@ -264,7 +292,7 @@ func TestResidentRunReturnsBeforeItsDeadlineWhileALockBlocksItsPolls(t *testing.
 	defer cancel()
 	wait := runAsync(ctx, w)
 
-	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
+	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 }, watch)
 	b.lockInbox(t)
 	s, err := wait()
 	require.NoError(t, ctx.Err(), "the run returned before its deadline")
@@ -361,9 +389,9 @@ func TestResidentRunOutlivesFailedPolls(t *testing.T) {
 	defer cancel()
 	wait := runAsync(ctx, w)
 
-	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 })
+	waitFor(t, "the worker idles", func() bool { return watch.idle.Load() > 0 }, watch)
 	unlock := b.lockInbox(t)
-	waitFor(t, "a poll fails", func() bool { return watch.pollFailed.Load() > 0 })
+	waitFor(t, "a poll fails", func() bool { return watch.pollFailed.Load() > 0 }, watch)
 	unlock()
 	storeEvent(t, b.pool, paid("evt_after", "in_after"), false)
 	b.db.WaitUntil(t, "the receipt is processed", "SELECT count(*) = 1 FROM webhook_inbox WHERE event_id = 'evt_after' AND processed_at IS NOT NULL")
