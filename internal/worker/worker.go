@@ -290,6 +290,7 @@ func (w *Worker) round(ctx context.Context, stopAt time.Time, all bool, acc *run
 		wg    sync.WaitGroup
 		once  sync.Once
 		start func(id int)
+		own   = newOwners(w.cfg.ClaimLimit) // the round's drainers apply an invoice one at a time
 	)
 	grow := func() {
 		once.Do(func() {
@@ -302,7 +303,7 @@ func (w *Worker) round(ctx context.Context, stopAt time.Time, all bool, acc *run
 		wg.Add(1) // while drainer 0 runs, so never from a zero count
 		go func() {
 			defer wg.Done()
-			s, err := w.drain(ctx, id, stopAt, grow, acc.succeeded)
+			s, err := w.drain(ctx, id, stopAt, grow, acc.succeeded, own)
 			acc.add(s, err)
 		}()
 	}
@@ -345,7 +346,10 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 // drain is one drainer: it holds one connection and claims until nothing is
 // left or the deadline margin is reached. It calls full after a claim that
 // took ClaimLimit receipts, and usable after every claim that succeeded.
-func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usable func()) (Summary, error) {
+// Of what it claims, it applies the receipts of invoices no other drainer
+// of the round is applying, and hands the others to the drainer that is
+// (own; see owners), which applies them after its current batch.
+func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usable func(), own *owners) (Summary, error) {
 	var s Summary
 	dc := &drainConn{pool: w.pool}
 	defer dc.release()
@@ -367,36 +371,60 @@ func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usab
 		if len(claimed) >= w.cfg.ClaimLimit {
 			full()
 		}
-		for i := 0; i < len(claimed); {
-			if expired(stopAt) || ctx.Err() != nil {
-				rest := claimed[i:]
-				conn, err := conns(context.WithoutCancel(ctx))
-				var released int
-				if err == nil {
-					released, err = inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now())
-				}
-				if err != nil {
-					w.logger.ErrorContext(ctx, "releasing claims", "error", err, "count", len(rest))
-				} else {
-					s.Released += released
-				}
+		// Between take and the done that returns nil, this drainer owns
+		// invoices: every way out of the loop below gives them up.
+		for mine := own.take(id, claimed); len(mine) > 0; mine = own.done(id) {
+			if !w.applyClaimed(ctx, conns, stopAt, mine, &s) {
+				w.release(ctx, conns, own.leave(id), &s)
 				return s, nil
 			}
-			if w.cfg.BatchSize <= 1 {
-				o, anomaly := w.process(ctx, conns, claimed[i])
-				s.add(o, anomaly)
-				i++
-				continue
-			}
-			batch := claimed[i:min(i+w.cfg.BatchSize, len(claimed))]
-			outcomes, anomalies := w.processBatch(ctx, conns, batch)
-			for j := range outcomes {
-				s.add(outcomes[j], anomalies[j])
-			}
-			i += len(batch)
 		}
 	}
 	return s, nil
+}
+
+// applyClaimed applies claimed receipts in batches of BatchSize (one
+// transaction each when BatchSize is 1). It reports false when it stopped
+// at the deadline margin (or the end of ctx), having given back the
+// receipts it had not started.
+func (w *Worker) applyClaimed(ctx context.Context, conns connSource, stopAt time.Time, claimed []inbox.Claimed, s *Summary) bool {
+	for i := 0; i < len(claimed); {
+		if expired(stopAt) || ctx.Err() != nil {
+			w.release(ctx, conns, claimed[i:], s)
+			return false
+		}
+		if w.cfg.BatchSize <= 1 {
+			o, anomaly := w.process(ctx, conns, claimed[i])
+			s.add(o, anomaly)
+			i++
+			continue
+		}
+		batch := claimed[i:min(i+w.cfg.BatchSize, len(claimed))]
+		outcomes, anomalies := w.processBatch(ctx, conns, batch)
+		for j := range outcomes {
+			s.add(outcomes[j], anomalies[j])
+		}
+		i += len(batch)
+	}
+	return true
+}
+
+// release gives back claimed receipts not started (inbox.Release: attempt
+// uncounted, claimable at once), on a context that outlives the run's.
+func (w *Worker) release(ctx context.Context, conns connSource, rest []inbox.Claimed, s *Summary) {
+	if len(rest) == 0 {
+		return
+	}
+	conn, err := conns(context.WithoutCancel(ctx))
+	var released int
+	if err == nil {
+		released, err = inbox.Release(context.WithoutCancel(ctx), conn, rest, w.Now())
+	}
+	if err != nil {
+		w.logger.ErrorContext(ctx, "releasing claims", "error", err, "count", len(rest))
+		return
+	}
+	s.Released += released
 }
 
 // claim is a drainer's claim, on its connection. The server ends it after
