@@ -72,13 +72,32 @@ func (o *owners) take(id int, claimed []inbox.Claimed) []inbox.Claimed {
 				o.keys[id] = map[string]struct{}{}
 			}
 			o.keys[id][c.LockKey] = struct{}{}
-		case by != id && len(o.handed[by]) < o.limit:
-			o.handed[by] = append(o.handed[by], c)
+		case by != id && o.hand(by, c):
 			continue
 		}
 		mine = append(mine, c)
 	}
 	return mine
+}
+
+// hand gives c to drainer by, unless by holds limit receipts already. A
+// receipt by holds already (claimed again after its lease ended while it
+// waited) is replaced by the newer claim, whose attempt count and lease
+// are the current fencing token (inbox.Release): one receipt never appears
+// twice in a list, so never twice in one batch.
+func (o *owners) hand(by int, c inbox.Claimed) bool {
+	h := o.handed[by]
+	for i := range h {
+		if h[i].Key == c.Key {
+			h[i] = c
+			return true
+		}
+	}
+	if len(h) >= o.limit {
+		return false
+	}
+	o.handed[by] = append(h, c)
+	return true
 }
 
 // done is called by drainer id when it has applied what take (or done)

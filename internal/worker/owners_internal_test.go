@@ -1,6 +1,11 @@
 package worker
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,6 +49,21 @@ func TestOwnersHandAnInvoicesReceiptsToTheDrainerApplyingIt(t *testing.T) {
 	require.Equal(t, []string{"in_1_a"}, ids(o.take(1, claimedOf("in_1"))))
 	require.Empty(t, o.done(1))
 
+	// A receipt claimed again (its lease ended while it waited) replaces
+	// the copy its owner holds: the newer claim is the fencing token.
+	o.take(0, claimedOf("in_6"))
+	again := claimedOf("in_6", "in_6")
+	again[1].Key = again[0].Key
+	again[0].Attempts, again[1].Attempts = 1, 2
+	require.Empty(t, o.take(1, again[:1]))
+	require.Empty(t, o.done(1))
+	require.Empty(t, o.take(1, again[1:]))
+	require.Empty(t, o.done(1))
+	h := o.done(0)
+	require.Len(t, h, 1)
+	require.Equal(t, 2, h[0].Attempts)
+	require.Empty(t, o.done(0))
+
 	// A drainer that leaves gives up its invoices and returns what it was
 	// handed; the next claim of that invoice is kept by its claimer.
 	require.Len(t, o.take(0, claimedOf("in_5")), 1)
@@ -54,4 +74,88 @@ func TestOwnersHandAnInvoicesReceiptsToTheDrainerApplyingIt(t *testing.T) {
 	require.Empty(t, o.owner)
 	require.Empty(t, o.handed)
 	require.Empty(t, o.keys)
+}
+
+// TestOwnersUnderConcurrentDrainers: drainers that take, apply and finish
+// at once (run with -race) apply every receipt exactly once; when owners
+// always have room, never two of them one invoice at the same time.
+func TestOwnersUnderConcurrentDrainers(t *testing.T) {
+	for _, limit := range []int{2, 1 << 20} {
+		t.Run(fmt.Sprint("limit ", limit), func(t *testing.T) {
+			overlaps := concurrentDrainers(t, newOwners(limit))
+			if limit > 2 {
+				require.Zero(t, overlaps, "receipts applied while another drainer applied their invoice")
+			}
+		})
+	}
+}
+
+// concurrentDrainers runs drainers on o and returns how many receipts were
+// applied while another drainer applied their invoice.
+func concurrentDrainers(t *testing.T, o *owners) int {
+	const drainers, claims, perClaim, invoices = 8, 200, 5, 12
+	var (
+		mu       sync.Mutex
+		applying = map[string]int{} // invoice -> drainers applying it now
+		applied  = map[inbox.Key]int{}
+		overlaps int
+		wg       sync.WaitGroup
+	)
+	apply := func(id int, list []inbox.Claimed) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range list {
+			applied[c.Key]++
+		}
+	}
+	for id := range drainers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(id), 7))
+			for n := range claims {
+				var claimed []inbox.Claimed
+				for k := range perClaim {
+					inv := fmt.Sprintf("in_%d", r.IntN(invoices))
+					claimed = append(claimed, inbox.Claimed{Key: inbox.Key{EventID: fmt.Sprintf("evt_%d_%d_%d", id, n, k)}, LockKey: inv})
+				}
+				for mine := o.take(id, claimed); len(mine) > 0; mine = o.done(id) {
+					mu.Lock()
+					for _, inv := range lockKeys(mine) {
+						applying[inv]++
+						if applying[inv] > 1 {
+							overlaps++ // only when an owner had no room
+						}
+					}
+					mu.Unlock()
+					runtime.Gosched()
+					apply(id, mine)
+					mu.Lock()
+					for _, inv := range lockKeys(mine) {
+						applying[inv]--
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, applied, drainers*claims*perClaim)
+	for k, n := range applied {
+		require.Equal(t, 1, n, k.EventID)
+	}
+	require.Empty(t, o.owner)
+	require.Empty(t, o.handed)
+	require.Empty(t, o.keys)
+	return overlaps
+}
+
+func lockKeys(cs []inbox.Claimed) []string {
+	var out []string
+	for _, c := range cs {
+		if !slices.Contains(out, c.LockKey) {
+			out = append(out, c.LockKey)
+		}
+	}
+	return out
 }
