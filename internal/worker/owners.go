@@ -15,8 +15,8 @@ import (
 // in the backlog that convoy took most of what batching gains.
 //
 // A drainer that claims a receipt of an invoice another drainer is applying
-// hands the receipt to that drainer instead (take), which applies it after
-// what it is applying (done): the receipts of one invoice are applied one
+// hands the receipt to that drainer instead (take), which applies it with
+// its next claim (done): the receipts of one invoice are applied one
 // batch after another, and no drainer of the round waits for another's
 // locks on the same invoice. Nothing waits in memory: a drainer never
 // blocks on another.
@@ -26,8 +26,9 @@ import (
 // or the one it was handed to), and a drainer that stops at the deadline
 // margin gives back what was handed to it with what it had not started
 // (leave). A drainer holds at most limit (CLAIM_LIMIT) handed receipts: it
-// applies them as the next list after its current one, as if it had
-// claimed them. A receipt whose owner has no room for it is applied by the
+// applies them in the batches of its next claim, which asks for that many
+// fewer, as if it had claimed them (a handed receipt or two in a batch of
+// their own would cost a commit each). A receipt whose owner has no room for it is applied by the
 // drainer that claimed it, waiting on the database's locks as before.
 //
 // The trade-off: the lease covers a claim's receipts (Config.Validate:
@@ -55,10 +56,10 @@ func newOwners(limit int) *owners {
 	return &owners{limit: limit, owner: map[string]int{}, handed: map[int][]inbox.Claimed{}, keys: map[int]map[string]struct{}{}}
 }
 
-// take is called by drainer id, which owns nothing, with the receipts it
-// claimed. It returns the receipts id applies now: those of invoices no
-// other drainer is applying (id owns them from now on), and those whose
-// owner has no room. The others are handed to their owners.
+// take is called by drainer id with the receipts it claimed. It returns
+// the receipts id applies now: those of invoices no other drainer is
+// applying (id owns them from now on, if it did not already), and those
+// whose owner has no room. The others are handed to their owners.
 func (o *owners) take(id int, claimed []inbox.Claimed) []inbox.Claimed {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -100,10 +101,10 @@ func (o *owners) hand(by int, c inbox.Claimed) bool {
 	return true
 }
 
-// done is called by drainer id when it has applied what take (or done)
-// returned. It returns the receipts handed to id meanwhile, which id
-// applies next, keeping its invoices; when there are none, id gives up its
-// invoices and done returns nil.
+// done is called by drainer id when it has applied what it took. It
+// returns the receipts handed to id meanwhile, which id applies with its
+// next claim, keeping its invoices until then; when there are none, id
+// gives up its invoices and done returns nil.
 func (o *owners) done(id int) []inbox.Claimed {
 	o.mu.Lock()
 	defer o.mu.Unlock()

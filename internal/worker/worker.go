@@ -345,42 +345,54 @@ func (w *Worker) emit(ctx context.Context, s Summary, backlog, anomalies bool) {
 
 // drain is one drainer: it holds one connection and claims until nothing is
 // left or the deadline margin is reached. It calls full after a claim that
-// took ClaimLimit receipts, and usable after every claim that succeeded.
+// took all it asked for, and usable after every claim that succeeded.
 // Of what it claims, it applies the receipts of invoices no other drainer
 // of the round is applying, and hands the others to the drainer that is
-// (own; see owners), which applies them after its current batch.
+// (own; see owners). What was handed to it while it applied a list it
+// applies with its next claim (which asks for that many fewer), in the
+// same batches, not in a small transaction of their own.
 func (w *Worker) drain(ctx context.Context, id int, stopAt time.Time, full, usable func(), own *owners) (Summary, error) {
 	var s Summary
 	dc := &drainConn{pool: w.pool}
 	defer dc.release()
 	conns := dc.get
 
-	for !expired(stopAt) && ctx.Err() == nil {
-		claimed, err := w.claim(ctx, conns, stopAt)
-		if err != nil {
-			if ctx.Err() != nil {
-				return s, nil // the run was ended (cancelled) while claiming: not a failure
-			}
-			return s, fmt.Errorf("drainer %d: %w", id, err)
-		}
-		usable()
-		if len(claimed) == 0 {
+	// While carry is not empty this drainer owns invoices: every way out
+	// gives them up, and gives back what it carries.
+	var carry []inbox.Claimed
+	stop := func() { w.release(ctx, conns, append(carry, own.leave(id)...), &s) }
+	for {
+		if expired(stopAt) || ctx.Err() != nil {
+			stop()
 			return s, nil
 		}
-		s.UnexpectedAPIVersion += w.countDrift(ctx, claimed)
-		if len(claimed) >= w.cfg.ClaimLimit {
-			full()
-		}
-		// Between take and the done that returns nil, this drainer owns
-		// invoices: every way out of the loop below gives them up.
-		for mine := own.take(id, claimed); len(mine) > 0; mine = own.done(id) {
-			if !w.applyClaimed(ctx, conns, stopAt, mine, &s) {
-				w.release(ctx, conns, own.leave(id), &s)
-				return s, nil
+		var claimed []inbox.Claimed
+		if limit := w.cfg.ClaimLimit - len(carry); limit > 0 {
+			var err error
+			claimed, err = w.claim(ctx, conns, stopAt, limit)
+			if err != nil {
+				stop()
+				if ctx.Err() != nil {
+					return s, nil // the run was ended (cancelled) while claiming: not a failure
+				}
+				return s, fmt.Errorf("drainer %d: %w", id, err)
 			}
+			usable()
+			if len(claimed) == limit {
+				full()
+			}
+			s.UnexpectedAPIVersion += w.countDrift(ctx, claimed)
 		}
+		if len(claimed) == 0 && len(carry) == 0 {
+			return s, nil // owns nothing: the last done gave its invoices up
+		}
+		if !w.applyClaimed(ctx, conns, stopAt, append(carry, own.take(id, claimed)...), &s) {
+			carry = nil // given back by applyClaimed
+			stop()
+			return s, nil
+		}
+		carry = own.done(id)
 	}
-	return s, nil
 }
 
 // applyClaimed applies claimed receipts in batches of BatchSize (one
@@ -430,8 +442,9 @@ func (w *Worker) release(ctx context.Context, conns connSource, rest []inbox.Cla
 // claim is a drainer's claim, on its connection. The server ends it after
 // StatementTimeout (a claim waiting on a lock on webhook_inbox fails,
 // claims nothing and keeps the connection); the wait for a connection and
-// the claim end by stopAt + StatementTimeout at the latest.
-func (w *Worker) claim(ctx context.Context, conns connSource, stopAt time.Time) ([]inbox.Claimed, error) {
+// the claim end by stopAt + StatementTimeout at the latest. It takes up to
+// n receipts.
+func (w *Worker) claim(ctx context.Context, conns connSource, stopAt time.Time, n int) ([]inbox.Claimed, error) {
 	var limit time.Time
 	if !stopAt.IsZero() {
 		limit = stopAt.Add(w.cfg.StatementTimeout)
@@ -443,7 +456,7 @@ func (w *Worker) claim(ctx context.Context, conns connSource, stopAt time.Time) 
 		return nil, err
 	}
 	return inbox.Claim(cctx, conn, inbox.ClaimParams{
-		Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: w.cfg.ClaimLimit, Lease: w.cfg.Lease,
+		Now: w.Now(), MaxAttempts: w.cfg.MaxAttempts, Limit: n, Lease: w.cfg.Lease,
 		StatementTimeout: w.cfg.StatementTimeout,
 	})
 }
