@@ -282,11 +282,11 @@ func workerGrants(worker string) []string {
 		"GRANT SELECT (invoice_id, kind, account, amount, currency, event_id) ON public.ledger_entries TO " + worker,
 		"GRANT INSERT (invoice_id, kind, account, amount, currency, event_id) ON public.ledger_entries TO " + worker,
 		"GRANT UPDATE (invoice_id) ON public.ledger_entries TO " + worker,
-		// applyRefund and attributeRefunds.
+		// applyRefunds and attributeRefunds.
 		"GRANT SELECT (id, account, charge_id, payment_intent_id, invoice_id, booked_under, amount, currency, status, succeeded) ON public.refunds TO " + worker,
 		"GRANT INSERT (id, account, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded) ON public.refunds TO " + worker,
 		"GRANT UPDATE (charge_id, payment_intent_id, invoice_id, currency, status, succeeded, updated_at) ON public.refunds TO " + worker,
-		// linkPayments (and payInvoice's), applyRefund's links, and the
+		// linkPayments (and payInvoice's), applyRefunds' links, and the
 		// claim's lock key (internal/inbox lockKey).
 		"GRANT SELECT (payment_id, account, invoice_id, has_refunds) ON public.payment_links TO " + worker,
 		"GRANT INSERT (payment_id, account, invoice_id, has_refunds) ON public.payment_links TO " + worker,

@@ -275,7 +275,7 @@ func TestWorkerRoleRunsExactlyItsStatements(t *testing.T) {
 		"LISTEN ",
 		"SELECT count(*) FROM anomalies WHERE resolved_at IS NULL", // handlers countUnresolvedAnomalies
 		"SELECT id, k.kind, k.amount",                              // payInvoice
-		"INSERT INTO refunds AS r",                                 // applyRefund
+		"INSERT INTO refunds AS r",                                 // applyRefunds
 		"UPDATE refunds AS x",                                      // attributeRefunds
 		"WITH linked AS (\nINSERT INTO payment_links",              // linkPayments
 		"INSERT INTO anomalies",                                    // raiseAnomaly

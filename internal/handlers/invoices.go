@@ -192,12 +192,30 @@ var (
 	fromForUncollectible = []string{"draft", "open"}
 )
 
+// transition moves the invoice to target (upsertInvoice) and records the
+// payments it names (transitionLinking: one statement for both), then
+// moves refunds and disputes booked before the link to the invoice.
 func transition(ctx context.Context, tx DB, ev Event, inv invoice, m Meta, target string, from []string) error {
-	if _, err := tx.Exec(ctx, upsertInvoice, inv.ID.V, inv.customer(), target, nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, from,
-		m.Created, statusRank[target], ev.ID, account(ev)); err != nil {
-		return fmt.Errorf("moving invoice %s to %s: %w", inv.ID.V, target, err)
+	args := []any{inv.ID.V, inv.customer(), target, nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, from,
+		m.Created, statusRank[target], ev.ID, account(ev)}
+	payments := inv.payments()
+	if len(payments) == 0 {
+		if _, err := tx.Exec(ctx, upsertInvoice, args...); err != nil {
+			return fmt.Errorf("moving invoice %s to %s: %w", inv.ID.V, target, err)
+		}
+		return nil
 	}
-	return link(ctx, tx, ev, inv.ID.V, inv.payments())
+	var (
+		moved     int64
+		attribute bool
+	)
+	if err := tx.QueryRow(ctx, transitionLinking, append(args, payments)...).Scan(&moved, &attribute); err != nil {
+		return fmt.Errorf("moving invoice %s to %s and linking payments %v: %w", inv.ID.V, target, payments, err)
+	}
+	if attribute {
+		return attributeRefundsTo(ctx, tx, ev, inv.ID.V, payments)
+	}
+	return nil
 }
 
 // link records that payments paid invoiceID (and ev is the event that
@@ -252,13 +270,19 @@ func invoiceFinalized(ctx context.Context, tx DB, ev Event, inv invoice, m Meta)
 // worse than a contradiction a human settles; the runbook,
 // docs/operations.md, says how).
 func invoiceVoided(ctx context.Context, tx DB, ev Event, inv invoice, m Meta) (Result, error) {
-	var now, seen *string
+	var (
+		now, seen *string
+		attribute bool
+	)
+	payments := inv.payments()
 	if err := tx.QueryRow(ctx, voidInvoice, inv.ID.V, inv.customer(), "void", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, fromForVoid,
-		m.Created, statusRank["void"], ev.ID, account(ev)).Scan(&now, &seen); err != nil {
+		m.Created, statusRank["void"], ev.ID, account(ev), payments).Scan(&now, &seen, &attribute); err != nil {
 		return Result{}, fmt.Errorf("voiding invoice %s: %w", inv.ID.V, err)
 	}
-	if err := link(ctx, tx, ev, inv.ID.V, inv.payments()); err != nil {
-		return Result{}, err
+	if attribute {
+		if err := attributeRefundsTo(ctx, tx, ev, inv.ID.V, payments); err != nil {
+			return Result{}, err
+		}
 	}
 	status, err := finalStatus(ctx, tx, ev, inv.ID.V, now, seen)
 	if err != nil || status != "paid" {

@@ -389,3 +389,30 @@ func TestConnectedAccountsWithCollidingIDs(t *testing.T) {
 	require.Equal(t, 3, len(b.strings(t, "SELECT id FROM refunds")))
 	require.Equal(t, 3, len(b.strings(t, "SELECT id FROM disputes")))
 }
+
+// TestChargeRefundedAppliesEveryListedRefund: a charge.refunded lists
+// several refunds (in no particular order, one of them twice in two
+// statuses), before its invoice is known and again after. Each refund is
+// merged once into its row and booked by what the row calls for: the
+// succeeded ones once each (one of them listed first as pending), the
+// pending one not, the one that succeeded and then failed booked and
+// reversed; all under the charge until a later event links it, then under
+// the invoice.
+func TestChargeRefundedAppliesEveryListedRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.DB(t))
+	list := []map[string]any{
+		stripetest.RefundIn("re_c", "ch_L", "pending", 300),
+		stripetest.RefundIn("re_a", "ch_L", "succeeded", 100),
+		stripetest.RefundIn("re_d", "ch_L", "succeeded", 400),
+		stripetest.RefundIn("re_c", "ch_L", "succeeded", 300),
+		stripetest.RefundIn("re_b", "ch_L", "pending", 200),
+	}
+	b.send(t, sent{typ: "charge.refunded", version: "2025-03-31.basil", object: stripetest.ChargeWithRefundList("ch_L", "", list...)})
+	require.Equal(t, []string{"ch_L refund:re_a -100", "ch_L refund:re_c -300", "ch_L refund:re_d -400"}, b.ledger(t))
+	b.send(t, sent{typ: "refund.failed", object: stripetest.RefundIn("re_d", "ch_L", "failed", 400)})
+	b.send(t, sent{typ: "charge.refunded", version: "2024-06-20", object: stripetest.ChargeWithRefundList("ch_L", "in_L", list[1:3]...)})
+	require.Equal(t, []string{"in_L refund:re_a -100", "in_L refund:re_c -300", "in_L refund:re_d -400", "in_L refund_reversal:re_d 400"}, b.ledger(t))
+	require.Equal(t, []string{"re_a succeeded in_L", "re_b pending in_L", "re_c succeeded in_L", "re_d failed in_L"},
+		b.strings(t, "SELECT id || ' ' || status || ' ' || invoice_id FROM refunds"))
+}

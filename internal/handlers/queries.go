@@ -87,7 +87,7 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 // with $7 the states before paid, and once more with $7 void when the row
 // it locked is void.
 var payInvoice = payInvoiceBooking + `
-, linked AS (` + linkPaymentsCTE + `
+, linked AS (` + linkPaymentsCTE("$13", "$11") + `
 )
 SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11),
        coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedOf13
@@ -127,30 +127,42 @@ SELECT '` + WritebackCustomerMetadata + `', $2::text,
 ON CONFLICT (idempotency_key) DO NOTHING
 )`
 
-// linkPaymentsCTE: $1 invoice id, $13 payment ids (sorted, so that
-// concurrent statements lock them in one order), $11 account. Records that the payments
-// paid the invoice. A link, once known, is kept (a payment pays one invoice).
-// A row without invoice_id was left by a refund seen before the link
-// (applyRefund); this is when its entries must move to the invoice.
-const linkPaymentsCTE = `
+// linkPaymentsCTE: $1 invoice id, and the payment ids (sorted, so that
+// concurrent statements lock them in one order) and the account in the
+// parameters payments and account ("$13", "$11"). Records that the payments paid the invoice.
+// A link, once known, is kept (a payment pays one invoice). A row without
+// invoice_id was left by a refund seen before the link (applyRefunds); this
+// is when its entries must move to the invoice.
+func linkPaymentsCTE(payments, account string) string {
+	return `
 INSERT INTO payment_links AS l (payment_id, invoice_id, account)
-SELECT p, $1::text, $11::text FROM unnest($13::text[]) AS p ORDER BY p
+SELECT p, $1::text, ` + account + `::text FROM unnest(` + payments + `::text[]) AS p ORDER BY p
 ON CONFLICT (payment_id, account) DO UPDATE
    SET invoice_id = EXCLUDED.invoice_id, updated_at = now()
  WHERE l.invoice_id IS NULL
 RETURNING l.has_refunds`
+}
+
+// transitionLinking: the parameters of upsertInvoice, then $12 the
+// payments (ch_/pi_ ids, sorted) the invoice names. upsertInvoice and the
+// payments' links (linkPaymentsCTE) in one statement, one round trip
+// instead of two (issue 24), in the order every statement takes the rows:
+// the invoice's row (the first column reads moved, so it runs first), then
+// the links. Returns how many rows the upsert changed, and whether refunds
+// of the payments may still be booked under another key than their
+// invoice (then the caller runs attributeRefunds), as linkPayments.
+var transitionLinking = `
+WITH moved AS (` + upsertInvoice + `
+RETURNING i.id
+), linked AS (` + linkPaymentsCTE("$12", "$11") + `
+)
+SELECT (SELECT count(*) FROM moved), coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedOf12
 
 // linkPayments: $1 invoice id, $2 payment ids (sorted), $3 account. See linkPaymentsCTE.
 // Returns whether refunds of the payments may still be booked under another
 // key than their invoice (then the caller runs attributeRefunds).
 var linkPayments = `
-WITH linked AS (
-INSERT INTO payment_links AS l (payment_id, invoice_id, account)
-SELECT p, $1::text, $3::text FROM unnest($2::text[]) AS p ORDER BY p
-ON CONFLICT (payment_id, account) DO UPDATE
-   SET invoice_id = EXCLUDED.invoice_id, updated_at = now()
- WHERE l.invoice_id IS NULL
-RETURNING l.has_refunds
+WITH linked AS (` + linkPaymentsCTE("$2", "$3") + `
 )
 SELECT coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedOf2
 
@@ -170,6 +182,7 @@ const unattributedOf = `EXISTS (SELECT 1 FROM refunds
 
 var (
 	unattributedOf2  = fmt.Sprintf(unattributedOf, "$2", "$3")
+	unattributedOf12 = fmt.Sprintf(unattributedOf, "$12", "$11")
 	unattributedOf13 = fmt.Sprintf(unattributedOf, "$13", "$11")
 )
 
@@ -209,7 +222,7 @@ func withEvent(sql, param string) string { return strings.ReplaceAll(sql, "$EVEN
 // order) and moves their entries there (see refundEntries). It runs after
 // the statement that locked the link rows, so its snapshot holds every
 // refund that names these payments: a transaction that records one takes
-// the link row first (applyRefund).
+// the link row first (applyRefunds).
 var attributeRefunds = `
 WITH locked AS (
 SELECT id FROM refunds
@@ -225,14 +238,18 @@ UPDATE refunds AS x
 RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under, x.account
 )` + withEvent(refundEntries, "$3")
 
-// applyRefund: $1 refund id, $2 charge id, $3 payment intent id (NULL when
-// unknown), $4 amount (positive), $5 currency, $6 status, $7 event id,
-// $8 the payment ids among $2 and $3 (sorted), $9 account.
+// applyRefunds: $1 refund ids (distinct), $2 their charge ids, $3 their
+// payment intent ids (NULL when unknown), $4 amounts (positive), $5
+// currencies, $6 statuses, $7 event id, $8 the payment ids among $2 and $3
+// (sorted, distinct), $9 account. The refunds of one event: one for a
+// refund.* event, every one a charge.refunded lists, in one statement and
+// one round trip (issue 24).
 //
 // In one statement: takes the payment link rows first (every statement that
-// touches both takes the links before the refund, so they cannot deadlock),
-// merges this observation into the refund's row, and books the entries that
-// row calls for under its booked_under (refundEntries).
+// touches both takes the links before the refunds, so they cannot
+// deadlock), merges each observation into its refund's row (in id order),
+// and books the entries each row calls for under its booked_under
+// (refundEntries).
 //
 // The row is a merge that does not depend on order (highest-ranked status,
 // ties by name; succeeded = any observation succeeded; the invoice, charge
@@ -242,21 +259,26 @@ RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under, x.a
 // succeeded -> failed is booked and reversed even when the failure is
 // processed first; one that went pending -> failed books nothing.
 //
-// The invoice: a link of a payment this event names (read from the link
+// The invoice: a link of a payment the refund names (read from the link
 // row's latest version) gives it, unless the row already has one. The
 // booked_under the statement books under is the one ON CONFLICT DO UPDATE
 // computed from the refund row's latest version, so concurrent transactions
 // agree; when this event is the one that reveals the invoice, it also moves
 // the entries booked under the charge before.
-var applyRefund = `
+var applyRefunds = `
 WITH linked AS (
 INSERT INTO payment_links AS l (payment_id, has_refunds, account)
 SELECT p, true, $9::text FROM unnest($8::text[]) AS p ORDER BY p
 ON CONFLICT (payment_id, account) DO UPDATE SET has_refunds = true
-RETURNING l.invoice_id
+RETURNING l.payment_id, l.invoice_id
 ), refund_rows AS (
 INSERT INTO refunds AS r (id, charge_id, payment_intent_id, invoice_id, amount, currency, status, succeeded, account)
-SELECT $1::text, $2::text, $3::text, (SELECT min(invoice_id) FROM linked), $4::bigint, $5::text, $6::text, $6::text = 'succeeded', $9::text
+SELECT k.id, k.charge_id, k.payment_intent_id,
+       (SELECT min(l.invoice_id) FROM linked AS l WHERE l.payment_id IN (k.charge_id, k.payment_intent_id)),
+       k.amount, k.currency, k.status, k.status = 'succeeded', $9::text
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])
+       AS k (id, charge_id, payment_intent_id, amount, currency, status)
+ ORDER BY k.id
 ON CONFLICT (id, account) DO UPDATE
    -- The rank: pending, requires_action 0 < succeeded 1 < failed, canceled 2.
    SET status            = CASE WHEN (CASE EXCLUDED.status WHEN 'succeeded' THEN 1 WHEN 'failed' THEN 2 WHEN 'canceled' THEN 2 ELSE 0 END, EXCLUDED.status)
@@ -285,15 +307,22 @@ ON CONFLICT (kind, subject_id, account) DO NOTHING`
 // countUnresolvedAnomalies: no parameters.
 const countUnresolvedAnomalies = `SELECT count(*) FROM anomalies WHERE resolved_at IS NULL`
 
-// voidInvoice: the parameters of upsertInvoice with target 'void'. Returns
-// the invoice's status after this statement when it changed the row (NULL
-// otherwise) and the status as its snapshot saw it, as payInvoice does: a
-// void that finds the invoice paid raises an anomaly (invoiceVoided).
+// voidInvoice: the parameters of upsertInvoice with target 'void', then
+// $12 the payments (ch_/pi_ ids, sorted) the invoice names. Moves the
+// invoice to void and records the payments' links (linkPaymentsCTE), in
+// that order, in one statement. Returns the invoice's status after this
+// statement when it changed the row (NULL otherwise) and the status as its
+// snapshot saw it, as payInvoice does (a void that finds the invoice paid
+// raises an anomaly, invoiceVoided), and whether refunds of the payments
+// may still be booked under another key (then the caller runs
+// attributeRefunds).
 var voidInvoice = `
 WITH voided AS (` + upsertInvoice + `
 RETURNING i.status
+), linked AS (` + linkPaymentsCTE("$12", "$11") + `
 )
-SELECT (SELECT status FROM voided), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11)`
+SELECT (SELECT status FROM voided), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11),
+       coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedOf12
 
 // disputeEntries is the tail of a statement that books what dispute rows
 // call for: from a CTE named dispute_rows with the rows' id, account,
@@ -344,7 +373,7 @@ SELECT 'Dispute', d.id,
 // amount (> 0) and its currency (NULL when this event does not show the
 // movement).
 //
-// As applyRefund, in one statement: takes the payment link rows first,
+// As applyRefunds, in one statement: takes the payment link rows first,
 // merges this observation into the dispute's row and books the entries the
 // row calls for under its booked_under (disputeEntries). The merge does not
 // depend on order: the highest-ranked status (ties by name); the charge,

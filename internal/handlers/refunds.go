@@ -103,8 +103,9 @@ func paymentIDs(ids ...string) []string {
 }
 
 // charge.refunded: record the charge's invoice when the charge names it
-// (API versions before 2025-03-31.basil), then apply each refund in the
-// charge's refund list, whatever its status (see applyRefundTo).
+// (API versions before 2025-03-31.basil), then apply every refund in the
+// charge's refund list, whatever its status, in one statement (see
+// applyRefunds).
 //
 // Since API version 2022-11-15 a charge no longer carries its refunds unless
 // expanded. Such an event books nothing here; subscribe the endpoint to
@@ -113,43 +114,68 @@ func paymentIDs(ids ...string) []string {
 func chargeRefunded(ctx context.Context, tx DB, ev Event, ch charge, _ Meta) (Result, error) {
 	var refunds []refund
 	if ch.Refunds != nil {
-		// In id order, so that two events listing the same refunds lock them
-		// in the same order.
-		refunds = slices.SortedFunc(slices.Values(ch.Refunds.Data), func(a, b refund) int { return strings.Compare(a.ID.V, b.ID.V) })
+		refunds = slices.Clone(ch.Refunds.Data)
 	}
-	// The link first: applyRefund takes the link rows before the refund's.
+	// The link first: applyRefunds takes the link rows before the refunds'.
 	if ch.Invoice.V != "" {
 		if err := link(ctx, tx, ev, ch.Invoice.V, paymentIDs(ch.ID.V, ch.PaymentIntent.V)); err != nil {
 			return Result{}, err
 		}
 	}
-	for _, r := range refunds {
-		if r.Charge.V == "" {
-			r.Charge.V = ch.ID.V
+	for i := range refunds {
+		if refunds[i].Charge.V == "" {
+			refunds[i].Charge.V = ch.ID.V
 		}
-		if r.PaymentIntent.V == "" {
-			r.PaymentIntent.V = ch.PaymentIntent.V
-		}
-		if err := applyRefundTo(ctx, tx, ev, r); err != nil {
-			return Result{}, err
+		if refunds[i].PaymentIntent.V == "" {
+			refunds[i].PaymentIntent.V = ch.PaymentIntent.V
 		}
 	}
-	return Result{Outcome: Applied}, nil
+	return Result{Outcome: Applied}, applyRefundsOf(ctx, tx, ev, refunds)
 }
 
 // refund.created, refund.updated, refund.failed and charge.refund.updated:
-// apply the refund (see applyRefundTo).
+// apply the refund (see applyRefundsOf).
 func refundChanged(ctx context.Context, tx DB, ev Event, r refund, _ Meta) (Result, error) {
-	return Result{Outcome: Applied}, applyRefundTo(ctx, tx, ev, r)
+	return Result{Outcome: Applied}, applyRefundsOf(ctx, tx, ev, []refund{r})
 }
 
-// applyRefundTo merges this observation of r into its row and books what the
-// row calls for, in one statement (applyRefund).
-func applyRefundTo(ctx context.Context, tx DB, ev Event, r refund) error {
-	ch, pi := r.Charge.V, r.PaymentIntent.V
-	if _, err := tx.Exec(ctx, applyRefund, r.ID.V, nullIfEmpty(ch), nullIfEmpty(pi), r.Amount.V, nullIfEmpty(r.Currency.V), r.Status.V, ev.ID,
-		paymentIDs(ch, pi), account(ev)); err != nil {
-		return fmt.Errorf("applying refund %s (%s): %w", r.ID.V, r.Status.V, err)
+// applyRefundsOf merges these observations of refunds into their rows and
+// books what the rows call for (applyRefunds), in id order so that two
+// events showing the same refunds lock them in the same order: in one
+// statement, unless a refund is listed twice (a statement changes a row
+// once), when each goes in a statement of its own.
+func applyRefundsOf(ctx context.Context, tx DB, ev Event, refunds []refund) error {
+	if len(refunds) == 0 {
+		return nil
+	}
+	refunds = slices.SortedFunc(slices.Values(refunds), func(a, b refund) int { return strings.Compare(a.ID.V, b.ID.V) })
+	listedTwice := false
+	for i := 1; i < len(refunds); i++ {
+		listedTwice = listedTwice || refunds[i].ID.V == refunds[i-1].ID.V
+	}
+	if listedTwice {
+		for _, r := range refunds {
+			if err := applyRefundsOf(ctx, tx, ev, []refund{r}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	n := len(refunds)
+	ids, charges, intents := make([]string, n), make([]*string, n), make([]*string, n)
+	amounts, currencies, statuses := make([]int64, n), make([]*string, n), make([]string, n)
+	var payments []string
+	for i, r := range refunds {
+		ids[i], charges[i], intents[i] = r.ID.V, nullIfEmpty(r.Charge.V), nullIfEmpty(r.PaymentIntent.V)
+		amounts[i], currencies[i], statuses[i] = r.Amount.V, nullIfEmpty(r.Currency.V), r.Status.V
+		payments = append(payments, r.Charge.V, r.PaymentIntent.V)
+	}
+	if _, err := tx.Exec(ctx, applyRefunds, ids, charges, intents, amounts, currencies, statuses, ev.ID,
+		paymentIDs(payments...), account(ev)); err != nil {
+		if n == 1 {
+			return fmt.Errorf("applying refund %s (%s): %w", ids[0], statuses[0], err)
+		}
+		return fmt.Errorf("applying refunds %v: %w", ids, err)
 	}
 	return nil
 }
