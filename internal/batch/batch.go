@@ -55,6 +55,15 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Tx is the transaction the jobs run in: a pgx.Tx, or a connection in a
+// transaction block its caller opened with BEGIN (the worker opens it in
+// the pipeline that locks the batch's receipts).
+type Tx interface {
+	DB
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Conn() *pgx.Conn
+}
+
 // Job is one unit of work in a batch. A job that returns an error is rolled
 // back to its savepoint; one that returns nil keeps its statements in the
 // transaction. A job that panics panics Run: recover in the job.
@@ -70,7 +79,7 @@ type Job func(ctx context.Context, db DB) error
 // to one failed, the connection was lost, a job swallowed a statement's
 // error and went on in an aborted transaction): the caller rolls back, and
 // nothing of the jobs holds.
-func Run(ctx context.Context, tx pgx.Tx, jobs []Job, more func() bool) (int, []error, error) {
+func Run(ctx context.Context, tx Tx, jobs []Job, more func() bool) (int, []error, error) {
 	return RunClasses(ctx, tx, jobs, Classes{}, more)
 }
 
@@ -86,7 +95,7 @@ type Classes struct {
 // each class make and ending a wave at a job whose class usually makes
 // several (see the package comment). Which jobs end a wave changes only the
 // round trips, never what is applied.
-func RunClasses(ctx context.Context, tx pgx.Tx, jobs []Job, c Classes, more func() bool) (int, []error, error) {
+func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() bool) (int, []error, error) {
 	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs)), classes: c}
 	defer func() {
 		for _, c := range r.started {
@@ -131,7 +140,7 @@ func RunClasses(ctx context.Context, tx pgx.Tx, jobs []Job, c Classes, more func
 // runner is one Run in progress.
 type runner struct {
 	ctx     context.Context
-	tx      pgx.Tx
+	tx      Tx
 	classes Classes
 	wave    int
 	errs    []error      // one per job started, in order

@@ -123,7 +123,7 @@ func (d *yieldDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 // runOn runs c alone on tx, under c's context, and stores the reply. A row
 // or rows it returns are read by the job when it resumes, before its next
 // call.
-func (c *dbCall) runOn(tx pgx.Tx) {
+func (c *dbCall) runOn(tx DB) {
 	switch c.kind {
 	case execCall:
 		c.tag, c.err = tx.Exec(c.ctx, c.sql, c.args...)

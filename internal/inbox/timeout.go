@@ -24,15 +24,19 @@ func SetLocalStatementTimeout(ctx context.Context, tx DB, d time.Duration) error
 // attempting to acquire a lock on a table, index, row, or other database
 // object" (https://www.postgresql.org/docs/15/runtime-config-client.html).
 func SetLocalTimeouts(ctx context.Context, tx DB, statement, lock time.Duration) error {
-	st := fmt.Sprintf("%dms", max(statement.Milliseconds(), 1)) // 0 would mean none
-	if lock <= 0 {
-		if _, err := tx.Exec(ctx, setLocalStatementTimeout, st); err != nil {
-			return fmt.Errorf("setting statement_timeout: %w", err)
-		}
-		return nil
-	}
-	if _, err := tx.Exec(ctx, setLocalTimeouts, st, fmt.Sprintf("%dms", max(lock.Milliseconds(), 1))); err != nil {
-		return fmt.Errorf("setting statement_timeout and lock_timeout: %w", err)
+	q := localTimeouts(statement, lock)
+	if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
+		return fmt.Errorf("setting %s: %w", q.what, err)
 	}
 	return nil
+}
+
+// localTimeouts is SetLocalTimeouts' statement, to send on its own or ahead
+// of another in one pipeline (BeginLockMany).
+func localTimeouts(statement, lock time.Duration) queued {
+	st := fmt.Sprintf("%dms", max(statement.Milliseconds(), 1)) // 0 would mean none
+	if lock <= 0 {
+		return queued{sql: setLocalStatementTimeout, args: []any{st}, what: "statement_timeout"}
+	}
+	return queued{sql: setLocalTimeouts, args: []any{st, fmt.Sprintf("%dms", max(lock.Milliseconds(), 1))}, what: "statement_timeout and lock_timeout"}
 }

@@ -13,7 +13,7 @@ package worker
 // the deadline margin leaves unstarted; process is the one-receipt
 // transaction (apply: lock, re-check, mode filter, handler, mark) that
 // BATCH_SIZE=1, the fallback, a deadlocked receipt and a refund that gave
-// up a lock wait use. The deadline margin, inTx and the
+// up a lock wait use. The deadline margin, inTx, inPipelinedTx and the
 // connection the transactions run on close the file.
 
 import (
@@ -188,8 +188,9 @@ const unplacedLockWait = 100 * time.Millisecond
 // receipt whose statement waited that long is rolled back and applied
 // again on its own after the commit (see unplacedLockWait).
 //
-// Round trips: one statement locks every receipt of the batch (a receipt
-// another worker completed is AlreadyDone; one of the other mode is marked
+// Round trips: BEGIN, the timeouts and one statement that locks every
+// receipt of the batch go in one pipeline (inPipelinedTx, inbox.BeginLockMany;
+// a receipt another worker completed is AlreadyDone; one of the other mode is marked
 // IgnoredOtherMode without its handler); internal/batch runs the handlers,
 // each under a savepoint of its own, sending the first statement of many in
 // one round trip (see its package comment); failures are recorded (a
@@ -225,15 +226,13 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 		failures  []failure
 		latencies []time.Duration
 	)
-	err = inTx(ctx, conn, func(tx pgx.Tx) error {
-		if err := inbox.SetLocalTimeouts(ctx, tx, w.cfg.StatementTimeout, lockWait); err != nil {
-			return err
-		}
-		keys := make([]inbox.Key, len(order))
-		for j, i := range order {
-			keys[j] = claimed[i].Key
-		}
-		locked, err := inbox.LockMany(ctx, tx, keys)
+	keys := make([]inbox.Key, len(order))
+	for j, i := range order {
+		keys[j] = claimed[i].Key
+	}
+	err = inPipelinedTx(ctx, conn, func(tx txConn) error {
+		// BEGIN, the timeouts and the lock in one round trip.
+		locked, err := inbox.BeginLockMany(ctx, tx, keys, w.cfg.StatementTimeout, lockWait)
 		if err != nil {
 			return err
 		}
@@ -615,6 +614,64 @@ func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
 	}
 	return nil
 }
+
+// inPipelinedTx runs fn in a transaction that fn itself opens, with BEGIN
+// in its first pipeline (inbox.BeginLockMany: a batch's BEGIN, timeouts
+// and lock are one round trip, not three), and commits it when fn returns
+// nil. When fn fails, or the commit does, whatever transaction is open on
+// conn is rolled back: nothing of it holds. pgx keeps no state of a
+// transaction opened with a BEGIN it did not send (pgx.Tx would send its
+// own, alone): the connection's transaction status
+// (pgconn.PgConn.TxStatus, from the server's ReadyForQuery) says whether
+// one is open.
+func inPipelinedTx(ctx context.Context, conn *pgx.Conn, fn func(txConn) error) error {
+	// A BEGIN inside an open transaction is only a warning: never join one.
+	rollbackOpen(ctx, conn)
+	if err := fn(txConn{conn}); err != nil {
+		rollbackOpen(ctx, conn)
+		return err
+	}
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() != "COMMIT" {
+		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
+		rollbackOpen(ctx, conn)
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+// rollbackOpen rolls back the transaction open on conn, if any. A
+// connection that cannot (lost, or in a broken pipeline) is closed by pgx,
+// and the server rolls its transaction back when the session ends.
+func rollbackOpen(ctx context.Context, conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+	}
+}
+
+// txConn is a connection inside a transaction inPipelinedTx runs: what
+// batch.Run and the inbox's statements need of a transaction.
+type txConn struct{ c *pgx.Conn }
+
+func (t txConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.c.Exec(ctx, sql, args...)
+}
+func (t txConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.c.Query(ctx, sql, args...)
+}
+func (t txConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.c.QueryRow(ctx, sql, args...)
+}
+func (t txConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.c.SendBatch(ctx, b)
+}
+func (t txConn) Conn() *pgx.Conn { return t.c }
 
 // inTxOn is inTx on a connection from conns.
 func inTxOn(ctx context.Context, conns connSource, fn func(pgx.Tx) error) error {
