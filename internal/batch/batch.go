@@ -22,11 +22,17 @@
 // and little is sent twice.
 //
 // Jobs of a class that usually needs several statements (RunClasses:
-// Shapes learns it from the jobs that ran, say charge.refunded, which
-// books each refund it lists) end the wave they are in: the wave is sent
-// up to and with such a job, which then finishes alone with nothing after
-// it to roll back. In a mix where one job in ten is of such a class, cutting
-// the wave at it instead sends most jobs two or three times (issue 24).
+// Shapes learns it from the jobs that ran, say a pre-basil charge.refunded,
+// which links its charge to the invoice before it books its refunds) end
+// the wave they are in: the wave is sent up to and with such a job. In a
+// mix where one job in ten is of such a class, cutting the wave at it
+// instead sends most jobs two or three times (issue 24). A job that ends
+// its wave (the last one sent) and wants a second statement sends it at
+// the head of the next wave, before the savepoints and first statements of
+// the jobs after it, so its statements still run together, and a job of
+// two statements costs no round trip of its own; when its class usually
+// wants more than two, it finishes alone instead, one round trip per
+// statement (a third statement wanted at the head of a wave cuts that wave).
 // A call that returns rows (Query) is read while its job runs, so it goes
 // alone. A job's context is honoured on both paths: a call whose context is
 // done is not sent and fails with the context's error; a call that runs
@@ -102,7 +108,10 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 			c.stop()
 		}
 	}()
-	var queue []*coroutine // started jobs waiting on their first statement
+	var (
+		queue []*coroutine // started jobs waiting on their first statement
+		carry *coroutine   // the last wave's last job, waiting on its second statement
+	)
 	size := len(jobs)
 	for {
 		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) == 0 || more == nil || more()) {
@@ -113,21 +122,25 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 			}
 			queue = append(queue, c)
 		}
-		if len(queue) == 0 {
+		if len(queue) == 0 && carry == nil {
 			break
 		}
 		n := 0
 		for n < min(len(queue), size) && queue[n].pending.kind != queryCall {
 			n++
 			if queue[n-1].several {
-				break // its further statements run after the wave, alone
+				break // its second statement heads the next wave
 			}
 		}
-		settled, cut, err := r.runWave(queue[:max(n, 1)]) // a Query goes alone
+		wave := queue[:n]
+		if carry == nil {
+			wave = queue[:max(n, 1)] // a Query goes alone
+		}
+		consumed, cut, next, err := r.runWave(carry, wave)
 		if err != nil {
 			return len(r.errs), r.errs, err
 		}
-		queue = queue[settled:]
+		queue, carry = queue[consumed:], next
 		if cut {
 			size = max(1, size/2)
 		} else {
@@ -167,37 +180,49 @@ func (r *runner) settle(c *coroutine) {
 // context's error without being sent.
 func (r *runner) start(job Job) *coroutine {
 	c := startJob(r.ctx, len(r.errs), job)
-	c.several = r.classes.Shapes.several(r.class(c.pos))
+	c.several, c.many = r.classes.Shapes.shape(r.class(c.pos))
 	r.errs = append(r.errs, nil)
 	r.started = append(r.started, c)
 	c.skipDone()
 	return c
 }
 
-// runWave sends the wave and hands the replies to its jobs in order. It
-// returns how many of them it settled (the rest wait, their first statement
-// pending, for the next wave) and whether the wave was cut short: jobs of
-// it were rolled back, to be sent again.
-func (r *runner) runWave(wave []*coroutine) (settled int, cut bool, err error) {
+// runWave sends the wave, headed by the second statement of head (the last
+// job of the wave before, when it wanted one; nil when none), and hands the
+// replies to its jobs in order. It returns how many jobs of wave it
+// consumed (settled, or carried: the rest wait, their first statement
+// pending, for the next wave), whether the wave was cut short (jobs of it
+// were rolled back, to be sent again), and the job, if any, whose second
+// statement heads the next wave (carry).
+func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut bool, carry *coroutine, err error) {
 	w := r.wave
 	r.wave++
 	for _, c := range wave {
 		c.savepoint = "r" + strconv.Itoa(c.pos) + "_w" + strconv.Itoa(w)
 	}
-	sent, err := r.send(wave)
-	if err != nil {
-		return 0, false, err
+	all, off := wave, 0 // off: where wave starts in all
+	if head != nil {
+		all, off = append([]*coroutine{head}, wave...), 1
 	}
-	for k, c := range wave[:sent] {
+	sent, err := r.send(all, head != nil)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	for k, c := range all[:sent] {
 		c.resume()
 		c.skipDone()
 		if !c.done() {
+			if k+1 == len(all) && sent == len(all) && c.carries() {
+				// The last of the wave wants its second statement: it
+				// heads the next wave, with nothing after it here to undo.
+				return k + 1 - off, cut, c, nil
+			}
 			// It wants another statement: undo the statements of the jobs
 			// after it, and let it finish alone.
 			if k+1 < sent {
 				cut = true
-				if _, err := r.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+wave[k+1].savepoint); err != nil {
-					return 0, false, fmt.Errorf("rolling back the rest of a wave: %w", err)
+				if _, err := r.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+all[k+1].savepoint); err != nil {
+					return 0, false, nil, fmt.Errorf("rolling back the rest of a wave: %w", err)
 				}
 			}
 			for !c.done() {
@@ -211,46 +236,54 @@ func (r *runner) runWave(wave []*coroutine) (settled int, cut bool, err error) {
 			// Rolling back to its savepoint undoes the jobs after it.
 			cut = cut || k+1 < sent
 			if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+c.savepoint); err != nil {
-				return 0, false, fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
+				return 0, false, nil, fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
 			}
 		}
 		r.errs[c.pos] = c.err
 		r.settle(c)
 		if cut {
-			for _, d := range wave[k+1 : sent] {
+			for _, d := range all[k+1 : sent] {
 				d.statements = 0 // rolled back: sent again from the start
 			}
-			return k + 1, true, nil
+			return k + 1 - off, true, nil, nil
 		}
 	}
-	return sent, sent < len(wave), nil
+	return sent - off, sent < len(all), nil, nil
 }
 
-// send sends, in one round trip, the savepoint and the pending call of each
-// job of the wave, and stores the replies in the calls. It returns how many
-// of them ran: the statements after one that failed did not (the server
-// skips the rest of the pipeline). A lone Query runs directly after its
-// savepoint, since its rows are read while the job resumes.
-func (r *runner) send(wave []*coroutine) (int, error) {
-	if len(wave) == 1 && wave[0].pending.kind == queryCall {
-		if _, err := r.tx.Exec(r.ctx, "SAVEPOINT "+wave[0].savepoint); err != nil {
-			return 0, fmt.Errorf("savepoint: %w", err)
+// send sends, in one round trip, the pending call of each job of all, each
+// after a savepoint of its own but the first when cont (its job's second
+// statement, which follows its first), and stores the replies in the
+// calls. It returns how many of them ran: the statements after one that
+// failed did not (the server skips the rest of the pipeline). A lone Query
+// runs directly after its savepoint, since its rows are read while the job
+// resumes.
+func (r *runner) send(all []*coroutine, cont bool) (int, error) {
+	if len(all) == 1 && all[0].pending.kind == queryCall {
+		if !cont {
+			if _, err := r.tx.Exec(r.ctx, "SAVEPOINT "+all[0].savepoint); err != nil {
+				return 0, fmt.Errorf("savepoint: %w", err)
+			}
 		}
-		wave[0].pending.runOn(r.tx)
-		wave[0].statements++
+		all[0].pending.runOn(r.tx)
+		all[0].statements++
 		return 1, nil
 	}
 	b := &pgx.Batch{}
-	for _, c := range wave {
-		b.Queue("SAVEPOINT " + c.savepoint)
+	for k, c := range all {
+		if k > 0 || !cont {
+			b.Queue("SAVEPOINT " + c.savepoint)
+		}
 		b.Queue(c.pending.sql, c.pending.args...)
 	}
 	br := r.tx.SendBatch(r.ctx, b)
 	sent, failed := 0, false
-	for _, c := range wave {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return sent, fmt.Errorf("savepoint: %w", err)
+	for k, c := range all {
+		if k > 0 || !cont {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return sent, fmt.Errorf("savepoint: %w", err)
+			}
 		}
 		c.pending.readFrom(br, r.tx.Conn().TypeMap())
 		c.statements++
@@ -275,21 +308,25 @@ type Shapes struct {
 	m  map[string]*shape
 }
 
-type shape struct{ jobs, several int }
+type shape struct{ jobs, several, many int }
 
 // shapeMemory bounds what a class remembers: past it, the counts are
 // halved, so a class whose jobs change shape is followed.
 const shapeMemory = 1000
 
-// several reports whether most jobs of class made more than one statement.
-func (s *Shapes) several(class string) bool {
+// shape reports whether most jobs of class made more than one statement
+// (several), and whether most made more than two (many).
+func (s *Shapes) shape(class string) (several, many bool) {
 	if s == nil || class == "" {
-		return false
+		return false, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sh := s.m[class]
-	return sh != nil && 2*sh.several > sh.jobs
+	if sh == nil {
+		return false, false
+	}
+	return 2*sh.several > sh.jobs, 2*sh.many > sh.jobs
 }
 
 func (s *Shapes) record(class string, statements int) {
@@ -310,7 +347,10 @@ func (s *Shapes) record(class string, statements int) {
 	if statements > 1 {
 		sh.several++
 	}
+	if statements > 2 {
+		sh.many++
+	}
 	if sh.jobs >= shapeMemory {
-		sh.jobs, sh.several = sh.jobs/2, sh.several/2
+		sh.jobs, sh.several, sh.many = sh.jobs/2, sh.several/2, sh.many/2
 	}
 }

@@ -52,8 +52,16 @@ type coroutine struct {
 	// rolled back with the rest of a wave).
 	statements int
 	// several: its class usually makes more than one statement (Shapes),
-	// so its wave ends with it.
-	several bool
+	// so its wave ends with it; many: more than two.
+	several, many bool
+}
+
+// carries reports whether the job, which made one statement and wants
+// another, should send it at the head of the next wave: unless its class
+// usually wants a third as well (a job that wants one there cuts the wave
+// it heads), and unless it is a Query (read while the job runs: alone).
+func (c *coroutine) carries() bool {
+	return c.statements == 1 && !c.many && c.pending.kind != queryCall
 }
 
 // startJob runs job until its first call (or its return).
