@@ -122,6 +122,16 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 			}
 			queue = append(queue, c)
 		}
+		if carry != nil {
+			// As for any call: one whose context is done is not sent.
+			carry.skipDone()
+			if carry.done() {
+				if err := r.finishCarried(carry); err != nil {
+					return len(r.errs), r.errs, err
+				}
+				carry = nil
+			}
+		}
 		if len(queue) == 0 && carry == nil {
 			break
 		}
@@ -185,6 +195,20 @@ func (r *runner) start(job Job) *coroutine {
 	r.started = append(r.started, c)
 	c.skipDone()
 	return c
+}
+
+// finishCarried settles a carried job that returned without sending its
+// second statement: rolled back to its savepoint when it failed (nothing
+// ran after it).
+func (r *runner) finishCarried(c *coroutine) error {
+	if c.err != nil {
+		if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+c.savepoint); err != nil {
+			return fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
+		}
+	}
+	r.errs[c.pos] = c.err
+	r.settle(c)
+	return nil
 }
 
 // runWave sends the wave, headed by the second statement of head (the last

@@ -441,3 +441,39 @@ func TestRandomMixesApplyEveryJobOnce(t *testing.T) {
 		}
 	}
 }
+
+// A job whose second statement heads the next wave, and whose context is
+// done by then (here, while more decides), does not send it: the job gets
+// the context's error, and its first statement is rolled back.
+func TestACarriedCallWhoseContextIsDoneIsNotSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	jobCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	carried := func(_ context.Context, db batch.DB) error {
+		for range 2 {
+			if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	asked := 0
+	more := func() bool {
+		asked++
+		switch asked {
+		case 2:
+			return false // the first wave: jobs 0 and 1, job 1 last
+		case 3:
+			cancel() // job 1 is carried, its second call pending
+		}
+		return true
+	}
+	n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil)}, more)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], context.Canceled)
+	require.NoError(t, errs[2])
+	require.Equal(t, []int{1, 0, 1}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2)})
+}

@@ -627,9 +627,25 @@ func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
 func inPipelinedTx(ctx context.Context, conn *pgx.Conn, fn func(txConn) error) error {
 	// A BEGIN inside an open transaction is only a warning: never join one.
 	rollbackOpen(ctx, conn)
+	defer func() {
+		if p := recover(); p != nil {
+			rollbackOpen(ctx, conn)
+			panic(p)
+		}
+	}()
 	if err := fn(txConn{conn}); err != nil {
 		rollbackOpen(ctx, conn)
 		return err
+	}
+	// COMMIT outside a transaction is only a warning too: commit only the
+	// transaction fn opened, and only when nothing in it failed.
+	switch s := conn.PgConn().TxStatus(); s {
+	case 'T':
+	case 'E':
+		rollbackOpen(ctx, conn)
+		return fmt.Errorf("committing: %w", pgx.ErrTxCommitRollback)
+	default:
+		return fmt.Errorf("committing: no transaction is open (status %q)", s)
 	}
 	tag, err := conn.Exec(ctx, "COMMIT")
 	if err == nil && tag.String() != "COMMIT" {

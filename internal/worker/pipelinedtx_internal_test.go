@@ -14,7 +14,8 @@ import (
 // TestPipelinedTx: the transaction a batch opens with BEGIN in its first
 // pipeline commits what fn did when fn returns nil; rolls it back when fn
 // fails, or when the transaction failed under fn (COMMIT answered
-// ROLLBACK); never joins a transaction left open on the connection; and
+// ROLLBACK); reports a function that opened none; never joins a
+// transaction left open on the connection; and
 // leaves the connection idle and usable each time.
 func TestPipelinedTx(t *testing.T) {
 	ctx := context.Background()
@@ -58,6 +59,10 @@ func TestPipelinedTx(t *testing.T) {
 	})
 	require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
+
+	// A function that opened no transaction is not reported committed.
+	err = inPipelinedTx(ctx, conn, func(tx txConn) error { return nil })
+	require.ErrorContains(t, err, "no transaction is open")
 
 	_, err = conn.Exec(ctx, "BEGIN")
 	require.NoError(t, err)
