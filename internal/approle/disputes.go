@@ -2,12 +2,13 @@ package approle
 
 // workerDisputeGrants are the worker's privileges on the disputes table
 // (migrations/0017_disputes_accounts.sql), exactly what its statements
-// need (internal/handlers: applyDispute, attributeDisputes and the
-// unattributed check of linkPayments and payInvoice), and no DELETE:
+// need (internal/handlers: applyDispute, attributeRefunds, which moves
+// disputes with refunds, and the unattributed check of linkPayments and
+// payInvoice), and no DELETE:
 //
 //   - INSERT of the columns applyDispute inserts;
 //   - UPDATE of the columns its ON CONFLICT DO UPDATE merges and
-//     attributeDisputes sets (never amount: a dispute's amount, and each
+//     attributeRefunds sets (never amount: a dispute's amount, and each
 //     movement's once known, never change);
 //   - SELECT of the columns the statements read: the conflict key
 //     (id, account), the row's merge inputs, what disputeEntries books from

@@ -35,7 +35,7 @@ import (
 // Attribution: as a refund's, through payment_links: the invoice of its
 // charge or PaymentIntent when an event has linked it, else the charge, else
 // the PaymentIntent; a later link moves the entries to the invoice
-// (attributeDisputes, run with attributeRefunds). Each entry newly booked
+// (attributeRefunds moves them with the refunds). Each entry newly booked
 // queues one outbox row (DisputeFundsWithdrawn, DisputeFundsReinstated).
 
 // dispute is the part of a Stripe Dispute the handlers read; contract says

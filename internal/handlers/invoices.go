@@ -236,13 +236,10 @@ func link(ctx context.Context, tx DB, ev Event, invoiceID string, payments []str
 }
 
 // attributeRefundsTo moves the refunds and the disputes of payments to
-// invoiceID (attributeRefunds, attributeDisputes).
+// invoiceID (attributeRefunds: one statement for both).
 func attributeRefundsTo(ctx context.Context, tx DB, ev Event, invoiceID string, payments []string) error {
 	if _, err := tx.Exec(ctx, attributeRefunds, invoiceID, payments, ev.ID, account(ev)); err != nil {
-		return fmt.Errorf("attributing refunds of %v to invoice %s: %w", payments, invoiceID, err)
-	}
-	if _, err := tx.Exec(ctx, attributeDisputes, invoiceID, payments, ev.ID, account(ev)); err != nil {
-		return fmt.Errorf("attributing disputes of %v to invoice %s: %w", payments, invoiceID, err)
+		return fmt.Errorf("attributing refunds and disputes of %v to invoice %s: %w", payments, invoiceID, err)
 	}
 	return nil
 }

@@ -416,3 +416,23 @@ func TestChargeRefundedAppliesEveryListedRefund(t *testing.T) {
 	require.Equal(t, []string{"re_a succeeded in_L", "re_b pending in_L", "re_c succeeded in_L", "re_d failed in_L"},
 		b.strings(t, "SELECT id || ' ' || status || ' ' || invoice_id FROM refunds"))
 }
+
+// TestARefundAndADisputeBeforeTheLink: a refund (succeeded, then failed)
+// and a dispute's withdrawal of one charge are booked under the charge
+// before any event links it; the invoice.paid that names the charge moves
+// all three entries to the invoice in one statement (attributeRefunds),
+// books the payment, and queues the dispute's outbox row once.
+func TestARefundAndADisputeBeforeTheLink(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.DB(t))
+	b.send(t, sent{typ: "refund.created", object: stripetest.RefundIn("re_RD", "ch_RD", "succeeded", 300)})
+	b.send(t, sent{typ: "refund.failed", object: stripetest.RefundIn("re_RD", "ch_RD", "failed", 300)})
+	b.send(t, sent{typ: "charge.dispute.funds_withdrawn", object: stripetest.Dispute("dp_RD", "ch_RD", "", "needs_response", 700)})
+	require.Equal(t, []string{"ch_RD dispute_funds_withdrawn:dp_RD -700", "ch_RD refund:re_RD -300", "ch_RD refund_reversal:re_RD 300"}, b.ledger(t))
+	paid := stripetest.Invoice("in_RD", "cus_1", "paid", 1000)
+	paid["charge"], paid["paid"], paid["paid_out_of_band"] = "ch_RD", true, false
+	b.send(t, sent{typ: "invoice.paid", version: "2024-06-20", object: paid})
+	require.Equal(t, []string{"in_RD dispute_funds_withdrawn:dp_RD -700", "in_RD payment 1000", "in_RD refund:re_RD -300", "in_RD refund_reversal:re_RD 300"}, b.ledger(t))
+	require.Equal(t, []string{"dp_RD DisputeFundsWithdrawn -700", "in_RD InvoicePaymentBooked 1000"}, b.outbox(t))
+	require.Equal(t, []string{"in_RD", "in_RD"}, b.strings(t, "SELECT invoice_id FROM refunds UNION ALL SELECT invoice_id FROM disputes"))
+}

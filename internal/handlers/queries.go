@@ -198,33 +198,45 @@ var (
 //
 //	'refund:<id>'          -amount   if some event showed it succeeded
 //	'refund_reversal:<id>' +amount   if so, and its highest status is failed or canceled
-const refundEntries = `
+const refundEntries = refundEntriesCTE + `
+` + refundReversals
+
+// refundEntriesCTE and refundReversals are refundEntries' two parts: the
+// refund entries (a CTE) and the reversals (a statement, or, in
+// attributeRefunds, a CTE of its own).
+const (
+	refundEntriesCTE = `
 , refunded AS (
 INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id, account)
 SELECT r.booked_under, 'refund:' || r.id, -r.amount, r.currency, $EVENT::text, r.account FROM refund_rows AS r WHERE r.succeeded
 ON CONFLICT (kind, account) WHERE kind LIKE 'refund:%'
 DO UPDATE SET invoice_id = EXCLUDED.invoice_id
  WHERE e.invoice_id <> EXCLUDED.invoice_id
-)
-INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id, account)
+)`
+	refundReversals = `INSERT INTO ledger_entries AS e (invoice_id, kind, amount, currency, event_id, account)
 SELECT r.booked_under, 'refund_reversal:' || r.id, r.amount, r.currency, $EVENT::text, r.account FROM refund_rows AS r
  WHERE r.succeeded AND r.status IN ('failed', 'canceled')
 ON CONFLICT (kind, account) WHERE kind LIKE 'refund\_reversal:%'
 DO UPDATE SET invoice_id = EXCLUDED.invoice_id
  WHERE e.invoice_id <> EXCLUDED.invoice_id`
+)
 
 // withEvent puts the event id parameter into refundEntries.
 func withEvent(sql, param string) string { return strings.ReplaceAll(sql, "$EVENT", param) }
 
 // attributeRefunds: $1 invoice id, $2 payment ids (sorted), $3 event id,
 // $4 account. Run by an event that linked the payments to the invoice:
-// records the invoice on their refunds that had none (locking them in id
-// order) and moves their entries there (see refundEntries). It runs after
-// the statement that locked the link rows, so its snapshot holds every
-// refund that names these payments: a transaction that records one takes
-// the link row first (applyRefunds).
+// records the invoice on their refunds and disputes that had none (locking
+// them in id order) and moves their entries there (see refundEntries and
+// disputeEntries), in one statement (issue 24: one round trip, not two).
+// It runs after the statement that locked the link rows, so its snapshot
+// holds every refund and dispute that names these payments: a transaction
+// that records one takes the link row first (applyRefunds, applyDispute).
+// The two parts touch different rows (refunds, disputes, and ledger
+// entries of different kinds), and the link rows this transaction holds
+// keep any other statement from touching them meanwhile.
 var attributeRefunds = `
-WITH locked AS (
+WITH locked_refunds AS (
 SELECT id FROM refunds
  WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
    AND account IS NOT DISTINCT FROM $4::text
@@ -233,10 +245,26 @@ SELECT id FROM refunds
 ), refund_rows AS (
 UPDATE refunds AS x
    SET invoice_id = $1::text, updated_at = now()
-  FROM locked
+  FROM locked_refunds AS locked
  WHERE x.id = locked.id AND x.account IS NOT DISTINCT FROM $4::text AND x.invoice_id IS NULL
 RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under, x.account
-)` + withEvent(refundEntries, "$3")
+)` + withEvent(refundEntriesCTE, "$3") + `
+, reversed AS (
+` + withEvent(refundReversals, "$3") + `
+), locked_disputes AS (
+SELECT id FROM disputes
+ WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
+   AND account IS NOT DISTINCT FROM $4::text
+ ORDER BY id
+   FOR UPDATE
+), dispute_rows AS (
+UPDATE disputes AS x
+   SET invoice_id = $1::text, updated_at = now()
+  FROM locked_disputes AS locked
+ WHERE x.id = locked.id AND x.account IS NOT DISTINCT FROM $4::text AND x.invoice_id IS NULL
+RETURNING x.id, x.account, x.charge_id, x.payment_intent_id, x.booked_under,
+          x.withdrawn_amount, x.withdrawn_currency, x.reinstated_amount, x.reinstated_currency
+)` + withEvent(disputeEntries, "$3")
 
 // applyRefunds: $1 refund ids (distinct), $2 their charge ids, $3 their
 // payment intent ids (NULL when unknown), $4 amounts (positive), $5
@@ -413,22 +441,3 @@ func disputeRank(status string) string {
 	return `(CASE ` + status + ` WHEN 'needs_response' THEN 0 WHEN 'warning_needs_response' THEN 0
         WHEN 'under_review' THEN 1 WHEN 'warning_under_review' THEN 1 ELSE 2 END)`
 }
-
-// attributeDisputes: $1 invoice id, $2 payment ids (sorted), $3 event id,
-// $4 account. attributeRefunds for disputes: records the invoice on the
-// payments' disputes that had none and moves their entries there.
-var attributeDisputes = `
-WITH locked AS (
-SELECT id FROM disputes
- WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
-   AND account IS NOT DISTINCT FROM $4::text
- ORDER BY id
-   FOR UPDATE
-), dispute_rows AS (
-UPDATE disputes AS x
-   SET invoice_id = $1::text, updated_at = now()
-  FROM locked
- WHERE x.id = locked.id AND x.account IS NOT DISTINCT FROM $4::text AND x.invoice_id IS NULL
-RETURNING x.id, x.account, x.charge_id, x.payment_intent_id, x.booked_under,
-          x.withdrawn_amount, x.withdrawn_currency, x.reinstated_amount, x.reinstated_currency
-)` + withEvent(disputeEntries, "$3")
