@@ -356,11 +356,7 @@ func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string
 	if err != nil {
 		return nil, fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
 	}
-	lat, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (time.Duration, error) {
-		var s float64
-		err := r.Scan(&s)
-		return seconds2duration(s), err
-	})
+	lat, err := collectLatencies(rows)
 	if err != nil {
 		return nil, fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
 	}
@@ -368,6 +364,58 @@ func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string
 		return nil, fmt.Errorf("marking %d receipts processed: %d rows matched", len(keys), len(lat))
 	}
 	return lat, nil
+}
+
+// MarkManyProcessedCommit is MarkManyProcessed followed by COMMIT of the
+// transaction db is in, in one round trip (one pipeline; issue 24). The
+// server runs COMMIT only when the mark succeeded, so the caller must know
+// beforehand that the mark matches every key: each one locked, still
+// unprocessed, by this transaction (BeginLockMany), and none twice. A mark
+// that matched fewer rows is still reported, with committed true.
+// committed reports whether COMMIT ran and committed.
+func MarkManyProcessedCommit(ctx context.Context, db BatchDB, keys []Key, outcomes []string, now *time.Time) (lat []time.Duration, committed bool, err error) {
+	b := &pgx.Batch{}
+	if len(keys) > 0 {
+		ps, es, ids := keyArrays(keys)
+		b.Queue(markManyProcessed, ps, es, ids, outcomes, now)
+	}
+	b.Queue("COMMIT")
+	br := db.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && !committed && cerr != nil {
+			err = fmt.Errorf("committing: %w", cerr)
+		}
+	}()
+	if len(keys) > 0 {
+		rows, err := br.Query()
+		if err == nil {
+			lat, err = collectLatencies(rows)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
+		}
+	}
+	tag, err := br.Exec()
+	if err == nil && tag.String() != "COMMIT" {
+		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("committing: %w", err)
+	}
+	if len(lat) != len(keys) {
+		return nil, true, fmt.Errorf("marking %d receipts processed: %d rows matched (committed)", len(keys), len(lat))
+	}
+	return lat, true, nil
+}
+
+// collectLatencies reads markManyProcessed's rows.
+func collectLatencies(rows pgx.Rows) ([]time.Duration, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (time.Duration, error) {
+		var s float64
+		err := r.Scan(&s)
+		return seconds2duration(s), err
+	})
 }
 
 // Claimable reports whether a claim would find a receipt now: the resident

@@ -293,3 +293,53 @@ func TestBatchLockAndMark(t *testing.T) {
 	_, err = inbox.MarkManyProcessed(ctx, b.db.Pool, keys[1:2], []string{"applied"}, nil)
 	require.ErrorContains(t, err, "0 rows matched", "marking twice is an error")
 }
+
+// TestPipelinedBatchLockAndMark: BeginLockMany opens the transaction and
+// locks in one round trip, MarkManyProcessedCommit marks and commits in
+// another. A mark that fails (an outcome the table refuses) does not
+// commit: the transaction is left failed for the caller to roll back, and
+// nothing of it holds. One that matched fewer rows is reported, committed.
+func TestPipelinedBatchLockAndMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var keys []inbox.Key
+	for i := range 3 {
+		id := fmt.Sprintf("evt_p%d", i)
+		b.store(t, id)
+		keys = append(keys, key(id))
+	}
+	conn, err := b.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	status := func() byte { return conn.Conn().PgConn().TxStatus() }
+
+	locked, err := inbox.BeginLockMany(ctx, conn, keys, time.Second, 0)
+	require.NoError(t, err)
+	require.Len(t, locked, 3)
+	require.Equal(t, byte('T'), status())
+	_, committed, err := inbox.MarkManyProcessedCommit(ctx, conn, keys[:1], []string{"no such outcome"}, nil)
+	require.Error(t, err)
+	require.False(t, committed)
+	require.Equal(t, byte('E'), status())
+	_, err = conn.Exec(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	require.Zero(t, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL"))
+
+	_, err = inbox.BeginLockMany(ctx, conn, keys, time.Second, 100*time.Millisecond)
+	require.NoError(t, err)
+	lat, committed, err := inbox.MarkManyProcessedCommit(ctx, conn, keys[:2], []string{"applied", "ignored"}, &b.now)
+	require.NoError(t, err)
+	require.True(t, committed)
+	require.Len(t, lat, 2)
+	require.Equal(t, byte('I'), status())
+	require.Equal(t, 2, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL"))
+
+	_, err = inbox.BeginLockMany(ctx, conn, keys, time.Second, 0)
+	require.NoError(t, err)
+	_, committed, err = inbox.MarkManyProcessedCommit(ctx, conn, keys[1:], []string{"applied", "applied"}, nil)
+	require.ErrorContains(t, err, "1 rows matched (committed)")
+	require.True(t, committed)
+	require.Equal(t, byte('I'), status())
+	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL"))
+}

@@ -230,11 +230,11 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 	for j, i := range order {
 		keys[j] = claimed[i].Key
 	}
-	err = inPipelinedTx(ctx, conn, func(tx txConn) error {
+	err = inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) {
 		// BEGIN, the timeouts and the lock in one round trip.
 		locked, err := inbox.BeginLockMany(ctx, tx, keys, w.cfg.StatementTimeout, lockWait)
 		if err != nil {
-			return err
+			return false, err
 		}
 		var (
 			done         []inbox.Key // to be marked processed
@@ -266,7 +266,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 			func() bool { return time.Since(start) < w.cfg.StatementTimeout })
 		rest, ran = jobReceipt[n:], true
 		if err != nil {
-			return err
+			return false, err
 		}
 		for k, i := range jobReceipt[:n] {
 			c := claimed[i]
@@ -283,14 +283,20 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 			default:
 				text, delay := describe(errs[k]), w.backoff(c.Attempts)
 				if err := inbox.RecordFailure(ctx, tx, c.Key, text, delay, w.Now(), w.cfg.MaxAttempts); err != nil {
-					return err
+					return false, err
 				}
 				outcomes[i] = Failed
 				failures = append(failures, failure{i, text, delay})
 			}
 		}
-		latencies, err = inbox.MarkManyProcessed(ctx, tx, done, doneOutcomes, w.Now())
-		return err
+		// The mark and COMMIT in one round trip: the mark matches every
+		// key, each locked unprocessed above and none twice.
+		if err := lockedOnce(done, locked); err != nil {
+			return false, err
+		}
+		var committed bool
+		latencies, committed, err = inbox.MarkManyProcessedCommit(ctx, tx, done, doneOutcomes, w.Now())
+		return committed, err
 	})
 	taken := order
 	if ran {
@@ -617,14 +623,17 @@ func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
 
 // inPipelinedTx runs fn in a transaction that fn itself opens, with BEGIN
 // in its first pipeline (inbox.BeginLockMany: a batch's BEGIN, timeouts
-// and lock are one round trip, not three), and commits it when fn returns
-// nil. When fn fails, or the commit does, whatever transaction is open on
-// conn is rolled back: nothing of it holds. pgx keeps no state of a
+// and lock are one round trip, not three), and that fn may commit itself,
+// with COMMIT in its last pipeline (inbox.MarkManyProcessedCommit: the
+// mark and the commit in one), reporting committed. When fn returns nil
+// without committing, inPipelinedTx commits. When fn fails, or the commit
+// does, whatever transaction is open on conn is rolled back: nothing of
+// it holds (unless fn reports it committed). pgx keeps no state of a
 // transaction opened with a BEGIN it did not send (pgx.Tx would send its
 // own, alone): the connection's transaction status
 // (pgconn.PgConn.TxStatus, from the server's ReadyForQuery) says whether
 // one is open.
-func inPipelinedTx(ctx context.Context, conn *pgx.Conn, fn func(txConn) error) error {
+func inPipelinedTx(ctx context.Context, conn *pgx.Conn, fn func(txConn) (committed bool, err error)) error {
 	// A BEGIN inside an open transaction is only a warning: never join one.
 	rollbackOpen(ctx, conn)
 	defer func() {
@@ -633,8 +642,9 @@ func inPipelinedTx(ctx context.Context, conn *pgx.Conn, fn func(txConn) error) e
 			panic(p)
 		}
 	}()
-	if err := fn(txConn{conn}); err != nil {
-		rollbackOpen(ctx, conn)
+	committed, err := fn(txConn{conn})
+	if err != nil || committed {
+		rollbackOpen(ctx, conn) // none open once committed
 		return err
 	}
 	// COMMIT outside a transaction is only a warning too: commit only the
@@ -655,6 +665,20 @@ func inPipelinedTx(ctx context.Context, conn *pgx.Conn, fn func(txConn) error) e
 	if err != nil {
 		rollbackOpen(ctx, conn)
 		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+// lockedOnce checks that every key of done was locked unprocessed by the
+// batch's lock (it is in locked) and appears once: then the mark matches
+// every one, since no other transaction can change a row this one holds.
+func lockedOnce(done []inbox.Key, locked map[inbox.Key]inbox.Locked) error {
+	seen := make(map[inbox.Key]bool, len(done))
+	for _, k := range done {
+		if _, ok := locked[k]; !ok || seen[k] {
+			return fmt.Errorf("marking receipt %s/%s/%s processed: not locked by this batch, or twice", k.Provider, k.Endpoint, k.EventID)
+		}
+		seen[k] = true
 	}
 	return nil
 }

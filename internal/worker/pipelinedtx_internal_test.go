@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 )
 
@@ -23,13 +24,13 @@ func TestPipelinedTx(t *testing.T) {
 	conn := db.Connect(t)
 	_, err := conn.Exec(ctx, "CREATE TABLE pipelined (v text PRIMARY KEY)")
 	require.NoError(t, err)
-	insert := func(v string) func(txConn) error {
-		return func(tx txConn) error {
+	insert := func(v string) func(txConn) (bool, error) {
+		return func(tx txConn) (bool, error) {
 			// As inbox.BeginLockMany: BEGIN and the first statement in one pipeline.
 			b := &pgx.Batch{}
 			b.Queue("BEGIN")
 			b.Queue("INSERT INTO pipelined VALUES ($1)", v)
-			return tx.SendBatch(ctx, b).Close()
+			return false, tx.SendBatch(ctx, b).Close()
 		}
 	}
 	values := func() []string {
@@ -44,24 +45,26 @@ func TestPipelinedTx(t *testing.T) {
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
 
 	boom := errors.New("boom")
-	err = inPipelinedTx(ctx, conn, func(tx txConn) error {
-		require.NoError(t, insert("failed")(tx))
-		return boom
+	err = inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) {
+		_, err := insert("failed")(tx)
+		require.NoError(t, err)
+		return false, boom
 	})
 	require.ErrorIs(t, err, boom)
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
 
-	err = inPipelinedTx(ctx, conn, func(tx txConn) error {
-		require.NoError(t, insert("aborted")(tx))
-		_, err := tx.Exec(ctx, "INSERT INTO pipelined VALUES ('committed')") // a duplicate: the transaction fails
+	err = inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) {
+		_, err := insert("aborted")(tx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "INSERT INTO pipelined VALUES ('committed')") // a duplicate: the transaction fails
 		require.Error(t, err)
-		return nil // swallowed: COMMIT answers ROLLBACK
+		return false, nil // swallowed: not committed
 	})
 	require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
 
 	// A function that opened no transaction is not reported committed.
-	err = inPipelinedTx(ctx, conn, func(tx txConn) error { return nil })
+	err = inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) { return false, nil })
 	require.ErrorContains(t, err, "no transaction is open")
 
 	_, err = conn.Exec(ctx, "BEGIN")
@@ -72,4 +75,15 @@ func TestPipelinedTx(t *testing.T) {
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
 
 	require.Equal(t, []string{"after", "committed"}, values())
+}
+
+// TestLockedOnce: a batch marks only receipts its lock returned, each
+// once; anything else is refused before the mark and its COMMIT are sent.
+func TestLockedOnce(t *testing.T) {
+	a, b := inbox.Key{Provider: "stripe", Endpoint: "billing", EventID: "evt_a"}, inbox.Key{Provider: "stripe", Endpoint: "billing", EventID: "evt_b"}
+	locked := map[inbox.Key]inbox.Locked{a: {}, b: {}}
+	require.NoError(t, lockedOnce([]inbox.Key{a, b}, locked))
+	require.NoError(t, lockedOnce(nil, locked))
+	require.ErrorContains(t, lockedOnce([]inbox.Key{a, a}, locked), "evt_a")
+	require.ErrorContains(t, lockedOnce([]inbox.Key{{Provider: "stripe", Endpoint: "billing", EventID: "evt_c"}}, locked), "evt_c")
 }
