@@ -236,35 +236,33 @@ func withEvent(sql, param string) string { return strings.ReplaceAll(sql, "$EVEN
 // entries of different kinds), and the link rows this transaction holds
 // keep any other statement from touching them meanwhile.
 var attributeRefunds = `
-WITH locked_refunds AS (
-SELECT id FROM refunds
- WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
-   AND account IS NOT DISTINCT FROM $4::text
- ORDER BY id
-   FOR UPDATE
-), refund_rows AS (
-UPDATE refunds AS x
-   SET invoice_id = $1::text, updated_at = now()
-  FROM locked_refunds AS locked
- WHERE x.id = locked.id AND x.account IS NOT DISTINCT FROM $4::text AND x.invoice_id IS NULL
-RETURNING x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under, x.account
-)` + withEvent(refundEntriesCTE, "$3") + `
+WITH ` + attributeRows("refunds", "refund_rows", "x.id, x.amount, x.currency, x.status, x.succeeded, x.booked_under, x.account") +
+	withEvent(refundEntriesCTE, "$3") + `
 , reversed AS (
 ` + withEvent(refundReversals, "$3") + `
-), locked_disputes AS (
-SELECT id FROM disputes
+), ` + attributeRows("disputes", "dispute_rows", `x.id, x.account, x.charge_id, x.payment_intent_id, x.booked_under,
+          x.withdrawn_amount, x.withdrawn_currency, x.reinstated_amount, x.reinstated_currency`) +
+	withEvent(disputeEntries, "$3")
+
+// attributeRows is attributeRefunds' part for one table (refunds or
+// disputes): a CTE that locks, in id order, the rows of the payments ($2)
+// and account ($4) that name no invoice, and one, named rows, that records
+// the invoice ($1) on them and returns the columns returning (of x).
+func attributeRows(table, rows, returning string) string {
+	return `locked_` + table + ` AS (
+SELECT id FROM ` + table + `
  WHERE (charge_id = ANY ($2::text[]) OR payment_intent_id = ANY ($2::text[])) AND invoice_id IS NULL
    AND account IS NOT DISTINCT FROM $4::text
  ORDER BY id
    FOR UPDATE
-), dispute_rows AS (
-UPDATE disputes AS x
+), ` + rows + ` AS (
+UPDATE ` + table + ` AS x
    SET invoice_id = $1::text, updated_at = now()
-  FROM locked_disputes AS locked
+  FROM locked_` + table + ` AS locked
  WHERE x.id = locked.id AND x.account IS NOT DISTINCT FROM $4::text AND x.invoice_id IS NULL
-RETURNING x.id, x.account, x.charge_id, x.payment_intent_id, x.booked_under,
-          x.withdrawn_amount, x.withdrawn_currency, x.reinstated_amount, x.reinstated_currency
-)` + withEvent(disputeEntries, "$3")
+RETURNING ` + returning + `
+)`
+}
 
 // applyRefunds: $1 refund ids (distinct), $2 their charge ids, $3 their
 // payment intent ids (NULL when unknown), $4 amounts (positive), $5

@@ -55,6 +55,18 @@ func (b *testBundle) claim(t *testing.T, at time.Time, maxAttempts, limit int) [
 	return c
 }
 
+// storeKeys stores n receipts, prefix0 to prefix<n-1>, and returns their keys.
+func (b *testBundle) storeKeys(t *testing.T, prefix string, n int) []inbox.Key {
+	t.Helper()
+	var keys []inbox.Key
+	for i := range n {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		b.store(t, id)
+		keys = append(keys, key(id))
+	}
+	return keys
+}
+
 func key(id string) inbox.Key {
 	return inbox.Key{Provider: inbox.ProviderStripe, Endpoint: "billing", EventID: id}
 }
@@ -267,12 +279,7 @@ func TestBatchLockAndMark(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	var keys []inbox.Key
-	for i := range 4 {
-		id := fmt.Sprintf("evt_%d", i)
-		b.store(t, id)
-		keys = append(keys, key(id))
-	}
+	keys := b.storeKeys(t, "evt_", 4)
 	_, err := inbox.MarkProcessed(ctx, b.db.Pool, keys[0], "applied", nil)
 	require.NoError(t, err)
 
@@ -303,12 +310,7 @@ func TestPipelinedBatchLockAndMark(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	var keys []inbox.Key
-	for i := range 3 {
-		id := fmt.Sprintf("evt_p%d", i)
-		b.store(t, id)
-		keys = append(keys, key(id))
-	}
+	keys := b.storeKeys(t, "evt_p", 3)
 	conn, err := b.db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
