@@ -621,14 +621,13 @@ func inTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
 	return nil
 }
 
-// inPipelinedTx runs fn in a transaction that fn itself opens, with BEGIN
-// in its first pipeline (inbox.BeginLockMany: a batch's BEGIN, timeouts
-// and lock are one round trip, not three), and that fn may commit itself,
-// with COMMIT in its last pipeline (inbox.MarkManyProcessedCommit: the
-// mark and the commit in one), reporting committed. When fn returns nil
-// without committing, inPipelinedTx commits. When fn fails, or the commit
-// does, whatever transaction is open on conn is rolled back: nothing of
-// it holds (unless fn reports it committed). pgx keeps no state of a
+// inPipelinedTx runs fn in a transaction that fn itself opens and
+// commits: BEGIN goes in fn's first pipeline (inbox.BeginLockMany: a
+// batch's BEGIN, timeouts and lock are one round trip, not three) and
+// COMMIT in its last (inbox.MarkManyProcessedCommit: the mark and the
+// commit in one), and fn reports whether it committed. Whatever
+// transaction is still open on conn when fn returns (fn failed, or
+// panicked) is rolled back: nothing of it holds. pgx keeps no state of a
 // transaction opened with a BEGIN it did not send (pgx.Tx would send its
 // own, alone): the connection's transaction status
 // (pgconn.PgConn.TxStatus, from the server's ReadyForQuery) says whether
@@ -643,30 +642,11 @@ func inPipelinedTx(ctx context.Context, conn *pgx.Conn, fn func(txConn) (committ
 		}
 	}()
 	committed, err := fn(txConn{conn})
-	if err != nil || committed {
-		rollbackOpen(ctx, conn) // none open once committed
-		return err
+	if err == nil && !committed {
+		err = errors.New("the batch's transaction ended without its commit")
 	}
-	// COMMIT outside a transaction is only a warning too: commit only the
-	// transaction fn opened, and only when nothing in it failed.
-	switch s := conn.PgConn().TxStatus(); s {
-	case 'T':
-	case 'E':
-		rollbackOpen(ctx, conn)
-		return fmt.Errorf("committing: %w", pgx.ErrTxCommitRollback)
-	default:
-		return fmt.Errorf("committing: no transaction is open (status %q)", s)
-	}
-	tag, err := conn.Exec(ctx, "COMMIT")
-	if err == nil && tag.String() != "COMMIT" {
-		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
-		err = pgx.ErrTxCommitRollback
-	}
-	if err != nil {
-		rollbackOpen(ctx, conn)
-		return fmt.Errorf("committing: %w", err)
-	}
-	return nil
+	rollbackOpen(ctx, conn) // none is open after a commit
+	return err
 }
 
 // lockedOnce checks that every key of done was locked unprocessed by the

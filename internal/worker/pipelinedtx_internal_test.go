@@ -13,10 +13,9 @@ import (
 )
 
 // TestPipelinedTx: the transaction a batch opens with BEGIN in its first
-// pipeline commits what fn did when fn returns nil; rolls it back when fn
-// fails, or when the transaction failed under fn (COMMIT answered
-// ROLLBACK); reports a function that opened none; never joins a
-// transaction left open on the connection; and
+// pipeline and commits with COMMIT in its last holds what fn did when fn
+// committed it; is rolled back when fn fails, or returns without its
+// commit; never joins a transaction left open on the connection; and
 // leaves the connection idle and usable each time.
 func TestPipelinedTx(t *testing.T) {
 	ctx := context.Background()
@@ -24,14 +23,16 @@ func TestPipelinedTx(t *testing.T) {
 	conn := db.Connect(t)
 	_, err := conn.Exec(ctx, "CREATE TABLE pipelined (v text PRIMARY KEY)")
 	require.NoError(t, err)
-	insert := func(v string) func(txConn) (bool, error) {
-		return func(tx txConn) (bool, error) {
-			// As inbox.BeginLockMany: BEGIN and the first statement in one pipeline.
-			b := &pgx.Batch{}
-			b.Queue("BEGIN")
-			b.Queue("INSERT INTO pipelined VALUES ($1)", v)
-			return false, tx.SendBatch(ctx, b).Close()
+	// As inbox.BeginLockMany and inbox.MarkManyProcessedCommit: BEGIN with
+	// the first statement, COMMIT with the last.
+	insert := func(tx txConn, v string, commit bool) {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("INSERT INTO pipelined VALUES ($1)", v)
+		if commit {
+			b.Queue("COMMIT")
 		}
+		require.NoError(t, tx.SendBatch(ctx, b).Close())
 	}
 	values := func() []string {
 		rows, err := conn.Query(ctx, "SELECT v FROM pipelined ORDER BY v")
@@ -41,37 +42,35 @@ func TestPipelinedTx(t *testing.T) {
 		return vs
 	}
 
-	require.NoError(t, inPipelinedTx(ctx, conn, insert("committed")))
+	require.NoError(t, inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) {
+		insert(tx, "committed", true)
+		return true, nil
+	}))
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
 
 	boom := errors.New("boom")
 	err = inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) {
-		_, err := insert("failed")(tx)
-		require.NoError(t, err)
+		insert(tx, "failed", false)
 		return false, boom
 	})
 	require.ErrorIs(t, err, boom)
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
 
 	err = inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) {
-		_, err := insert("aborted")(tx)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, "INSERT INTO pipelined VALUES ('committed')") // a duplicate: the transaction fails
-		require.Error(t, err)
-		return false, nil // swallowed: not committed
+		insert(tx, "uncommitted", false)
+		return false, nil
 	})
-	require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
+	require.ErrorContains(t, err, "without its commit")
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
-
-	// A function that opened no transaction is not reported committed.
-	err = inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) { return false, nil })
-	require.ErrorContains(t, err, "no transaction is open")
 
 	_, err = conn.Exec(ctx, "BEGIN")
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "INSERT INTO pipelined VALUES ('left open')")
 	require.NoError(t, err)
-	require.NoError(t, inPipelinedTx(ctx, conn, insert("after")))
+	require.NoError(t, inPipelinedTx(ctx, conn, func(tx txConn) (bool, error) {
+		insert(tx, "after", true)
+		return true, nil
+	}))
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
 
 	require.Equal(t, []string{"after", "committed"}, values())
