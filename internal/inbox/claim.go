@@ -346,7 +346,8 @@ func readLocked(rows pgx.Rows, n int) (map[Key]Locked, error) {
 
 // MarkManyProcessed sets processed_at and each receipt's outcome in tx, and
 // returns the receipt-to-effect latencies (processed_at - received_at), in
-// no particular order.
+// no particular order. It fails, and marks nothing, unless every key is
+// unprocessed (locked by tx, LockMany).
 func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string, now *time.Time) ([]time.Duration, error) {
 	if len(keys) == 0 {
 		return nil, nil
@@ -360,19 +361,17 @@ func MarkManyProcessed(ctx context.Context, tx DB, keys []Key, outcomes []string
 	if err != nil {
 		return nil, fmt.Errorf("marking %d receipts processed: %w", len(keys), err)
 	}
-	if len(lat) != len(keys) {
-		return nil, fmt.Errorf("marking %d receipts processed: %d rows matched", len(keys), len(lat))
-	}
 	return lat, nil
 }
 
 // MarkManyProcessedCommit is MarkManyProcessed followed by COMMIT of the
 // transaction db is in, in one round trip (one pipeline; issue 24). The
-// server runs COMMIT only when the mark succeeded, so the caller must know
-// beforehand that the mark matches every key: each one locked, still
-// unprocessed, by this transaction (BeginLockMany), and none twice. A mark
-// that matched fewer rows is still reported, with committed true.
-// committed reports whether COMMIT ran and committed.
+// server runs COMMIT only when the mark succeeded, and the mark fails
+// unless it marked every key (markManyProcessed): a mark that missed a
+// receipt never commits. committed is true when COMMIT ran and committed;
+// false means not known to have committed (a connection lost after the
+// pipeline was sent may have committed it: the caller's fallback re-locks
+// and re-checks each receipt).
 func MarkManyProcessedCommit(ctx context.Context, db BatchDB, keys []Key, outcomes []string, now *time.Time) (lat []time.Duration, committed bool, err error) {
 	b := &pgx.Batch{}
 	if len(keys) > 0 {
@@ -402,9 +401,6 @@ func MarkManyProcessedCommit(ctx context.Context, db BatchDB, keys []Key, outcom
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("committing: %w", err)
-	}
-	if len(lat) != len(keys) {
-		return nil, true, fmt.Errorf("marking %d receipts processed: %d rows matched (committed)", len(keys), len(lat))
 	}
 	return lat, true, nil
 }

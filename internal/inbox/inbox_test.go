@@ -298,14 +298,14 @@ func TestBatchLockAndMark(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "webhook_inbox", "event_id = 'evt_3' AND outcome = 'ignored_other_mode'"))
 
 	_, err = inbox.MarkManyProcessed(ctx, b.db.Pool, keys[1:2], []string{"applied"}, nil)
-	require.ErrorContains(t, err, "0 rows matched", "marking twice is an error")
+	require.ErrorContains(t, err, "marked 0 of 1 receipts", "marking twice is an error")
 }
 
 // TestPipelinedBatchLockAndMark: BeginLockMany opens the transaction and
 // locks in one round trip, MarkManyProcessedCommit marks and commits in
 // another. A mark that fails (an outcome the table refuses) does not
 // commit: the transaction is left failed for the caller to roll back, and
-// nothing of it holds. One that matched fewer rows is reported, committed.
+// nothing of it holds; nor does one that would miss a receipt.
 func TestPipelinedBatchLockAndMark(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -337,11 +337,15 @@ func TestPipelinedBatchLockAndMark(t *testing.T) {
 	require.Equal(t, byte('I'), status())
 	require.Equal(t, 2, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL"))
 
+	// keys[1] is processed: the mark misses it, fails, and COMMIT does not
+	// run, so keys[2] is not marked either.
 	_, err = inbox.BeginLockMany(ctx, conn, keys, time.Second, 0)
 	require.NoError(t, err)
 	_, committed, err = inbox.MarkManyProcessedCommit(ctx, conn, keys[1:], []string{"applied", "applied"}, nil)
-	require.ErrorContains(t, err, "1 rows matched (committed)")
-	require.True(t, committed)
-	require.Equal(t, byte('I'), status())
-	require.Equal(t, 3, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL"))
+	require.ErrorContains(t, err, "marked 1 of 2 receipts")
+	require.False(t, committed)
+	require.Equal(t, byte('E'), status())
+	_, err = conn.Exec(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	require.Equal(t, 2, b.db.Count(t, "webhook_inbox", "processed_at IS NOT NULL"))
 }

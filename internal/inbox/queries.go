@@ -301,9 +301,18 @@ SELECT w.provider, w.endpoint, w.event_id, w.event_type, coalesce(w.payload_raw,
  ORDER BY coalesce(w.object_id, ''), w.event_id
    FOR UPDATE OF w`
 
-// markManyProcessed: $1 providers, $2 endpoints, $3 event_ids, $4 outcomes,
-// $5 now. Returns each marked receipt's receipt-to-effect latency in seconds.
+// markManyProcessed: $1 providers, $2 endpoints, $3 event_ids (at least
+// one), $4 outcomes, $5 now. Returns each marked receipt's
+// receipt-to-effect latency in seconds. It fails unless it marked every
+// receipt it was given: each must be locked unprocessed by the
+// transaction (lockReceipts), and a mark that missed one must not commit,
+// even sent ahead of COMMIT in one pipeline (MarkManyProcessedCommit). The
+// failure is a cast of the explanation to boolean, the one way plain SQL
+// has to raise an error: "invalid input syntax for type boolean: marked 1
+// of 2 receipts ...". checked always has one row (an aggregate), so the
+// check runs even when nothing was marked.
 const markManyProcessed = `
+WITH marked AS (
 UPDATE webhook_inbox AS w
    SET processed_at = coalesce($5::timestamptz, now()),
        outcome      = k.outcome,
@@ -311,7 +320,14 @@ UPDATE webhook_inbox AS w
   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(provider, endpoint, event_id, outcome)
  WHERE (w.provider, w.endpoint, w.event_id) = (k.provider, k.endpoint, k.event_id)
    AND w.processed_at IS NULL
-RETURNING extract(epoch FROM w.processed_at - w.received_at)::float8`
+RETURNING extract(epoch FROM w.processed_at - w.received_at)::float8 AS latency
+), checked AS (
+SELECT CASE WHEN count(*) = cardinality($3::text[]) THEN true
+            ELSE ('marked ' || count(*) || ' of ' || cardinality($3::text[])
+                  || ' receipts: the others were not locked unprocessed by this transaction')::boolean END AS ok
+  FROM marked
+)
+SELECT m.latency FROM checked AS c LEFT JOIN marked AS m ON c.ok`
 
 // Reconciler queries (internal/reconcile). reconcile_high_water is this
 // package's table too: the reconciler's mark sits next to the receipts it
