@@ -143,8 +143,11 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 			}
 		}
 		wave := queue[:n]
-		if carry == nil {
+		switch {
+		case carry == nil:
 			wave = queue[:max(n, 1)] // a Query goes alone
+		case carry.pending.kind == queryCall:
+			wave = nil // a carried job's Query too (after a call skipDone answered)
 		}
 		consumed, cut, next, err := r.runWave(carry, wave)
 		if err != nil {

@@ -477,3 +477,45 @@ func TestACarriedCallWhoseContextIsDoneIsNotSent(t *testing.T) {
 	require.NoError(t, errs[2])
 	require.Equal(t, []int{1, 0, 1}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2)})
 }
+
+// A carried job whose second call was answered with its context's error
+// (not sent), and which goes on with a Query, runs that Query alone, its
+// rows read in full, and nothing of it is sent in a pipeline.
+func TestACarriedJobsQueryAfterAnAnsweredCallGoesAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	jobCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got []int
+	carried := func(ctx context.Context, db batch.DB) error {
+		if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1)"); err != nil {
+			return err
+		}
+		if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (20, 1)"); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("the second call: %v, want the context's error", err)
+		}
+		rows, err := db.Query(ctx, "SELECT g FROM generate_series(1, 3) g")
+		if err != nil {
+			return err
+		}
+		got, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		return err
+	}
+	asked := 0
+	more := func() bool {
+		asked++
+		switch asked {
+		case 2:
+			return false // the first wave: jobs 0 and 1, job 1 last
+		case 3:
+			cancel() // job 1 is carried, its second call pending
+		}
+		return true
+	}
+	n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil)}, more)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, []error{nil, nil, nil}, errs)
+	require.Equal(t, []int{1, 2, 3}, got)
+	require.Equal(t, []int{1, 1, 1, 0}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 20)}, "counters 0, 1, 2 and the unsent 20")
+}
