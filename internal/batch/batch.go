@@ -8,9 +8,8 @@
 // as a coroutine (iter.Pull), so every call it makes suspends it and hands
 // the call to Run. Run takes jobs in order into waves: a wave is one
 // pipeline that carries, for every job in it, a SAVEPOINT named after the
-// job's position and the wave (r<position>_w<wave>, so a name is never
-// reused and a ROLLBACK TO SAVEPOINT always means the one meant) followed by
-// the job's pending call. The replies are handed to the jobs in order. A job
+// job's position (r<position>) followed by the job's pending call. The
+// replies are handed to the jobs in order. A job
 // that wants a further statement cuts the wave: the jobs after it are rolled
 // back to the savepoint of the first of them and wait for the next wave,
 // while it finishes alone, one round trip per statement; so a job's
@@ -168,7 +167,6 @@ type runner struct {
 	ctx     context.Context
 	tx      Tx
 	classes Classes
-	wave    int
 	errs    []error      // one per job started, in order
 	started []*coroutine // every job started, stopped when Run returns
 }
@@ -222,10 +220,8 @@ func (r *runner) finishCarried(c *coroutine) error {
 // were rolled back, to be sent again), and the job, if any, whose second
 // statement heads the next wave (carry).
 func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut bool, carry *coroutine, err error) {
-	w := r.wave
-	r.wave++
 	for _, c := range wave {
-		c.savepoint = "r" + strconv.Itoa(c.pos) + "_w" + strconv.Itoa(w)
+		c.savepoint = savepointName(c.pos)
 	}
 	all, off := wave, 0 // off: where wave starts in all
 	if head != nil {
@@ -277,6 +273,21 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 	}
 	return sent - off, sent < len(all), nil, nil
 }
+
+// savepointName is the savepoint of the job at pos, the same in every wave
+// the job is sent in. A job sent again was rolled back to its own
+// savepoint or to an earlier one; a ROLLBACK TO SAVEPOINT always means the
+// newest savepoint of that name, which PostgreSQL keeps when one of the
+// same name is established again ("the old savepoint is kept, though only
+// the more recent one will be used when rolling back or releasing",
+// https://www.postgresql.org/docs/15/sql-savepoint.html): the one of the
+// job's latest sending, the one meant. Positions, not waves, name them so
+// that a transaction's savepoint statements are at most one per job
+// position: the worker's connections cache every statement they prepare
+// (pgx's statement cache, internal/database), and a name per wave made
+// each new one cost a round trip of its own to prepare it, and pushed the
+// handlers' statements out of the cache (issue 24).
+func savepointName(pos int) string { return "r" + strconv.Itoa(pos) }
 
 // send sends, in one round trip, the pending call of each job of all, each
 // after a savepoint of its own but the first when cont (its job's second

@@ -519,3 +519,42 @@ func TestACarriedJobsQueryAfterAnAnsweredCallGoesAlone(t *testing.T) {
 	require.Equal(t, []int{1, 2, 3}, got)
 	require.Equal(t, []int{1, 1, 1, 0}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 20)}, "counters 0, 1, 2 and the unsent 20")
 }
+
+// On a connection that caches the statements it prepares (the worker's,
+// internal/database), a transaction's savepoint statements are one per job
+// position however many waves it takes: each new statement costs a round
+// trip to prepare it and a place in the cache, and a name per wave made
+// them grow with the waves (issue 24). Jobs of two statements cut every
+// wave; ten jobs, three transactions.
+func TestSavepointStatementsAreOnePerJobPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	const jobsPerRun = 10
+	for run := range 3 {
+		var jobs []batch.Job
+		for k := range jobsPerRun {
+			jobs = append(jobs, bump(run*jobsPerRun+k, 2, nil))
+		}
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		n, errs, err := batch.Run(ctx, tx, jobs, nil)
+		require.NoError(t, err)
+		require.Equal(t, jobsPerRun, n)
+		require.Equal(t, make([]error, jobsPerRun), errs)
+		require.NoError(t, tx.Commit(ctx))
+	}
+	for k := range 3 * jobsPerRun {
+		require.Equal(t, 2, b.counter(t, k), "counter %d", k)
+	}
+	var savepoints int
+	require.NoError(t, conn.QueryRow(ctx,
+		"SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'SAVEPOINT %' OR statement LIKE 'ROLLBACK TO SAVEPOINT %'").Scan(&savepoints))
+	require.LessOrEqual(t, savepoints, 2*jobsPerRun, "savepoint statements prepared on the connection")
+}
