@@ -11,10 +11,12 @@
 // job's position (r<position>) followed by the job's pending call. The
 // replies are handed to the jobs in order. A job
 // that wants a further statement cuts the wave: the jobs after it are rolled
-// back to the savepoint of the first of them and wait for the next wave,
-// while it finishes alone, one round trip per statement; so a job's
-// statements always run together, directly after its savepoint, and nothing
-// is applied twice. A job that fails is rolled back to its savepoint (with
+// back to the savepoint of the first of them and wait for the next wave.
+// When it wants a second statement, that statement heads the next wave,
+// sent after the rollback and before the jobs again; otherwise it finishes
+// alone, its next statement in the round trip of the rollback, then one
+// round trip per statement. So a job's statements always run together,
+// directly after its savepoint, and nothing is applied twice. A job that fails is rolled back to its savepoint (with
 // the jobs after it, which go again in the next wave). The wave size halves
 // after a wave that sent jobs again and doubles after a wave without one,
 // so when most jobs need several statements the waves shrink to one job
@@ -125,6 +127,9 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 			// As for any call: one whose context is done is not sent.
 			carry.skipDone()
 			if carry.done() {
+				if err := r.flushRollback(); err != nil {
+					return len(r.errs), r.errs, err
+				}
 				if err := r.finishCarried(carry); err != nil {
 					return len(r.errs), r.errs, err
 				}
@@ -167,8 +172,12 @@ type runner struct {
 	ctx     context.Context
 	tx      Tx
 	classes Classes
-	errs    []error      // one per job started, in order
-	started []*coroutine // every job started, stopped when Run returns
+	// rollback is a savepoint the next round trip first rolls back to
+	// ("" when none): that of the first of the jobs after a job that cut
+	// its wave and carries its second statement to the next one.
+	rollback string
+	errs     []error      // one per job started, in order
+	started  []*coroutine // every job started, stopped when Run returns
 }
 
 // class is the class of the job at pos ("" when none was given).
@@ -240,12 +249,24 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 				// heads the next wave, with nothing after it here to undo.
 				return k + 1 - off, cut, c, nil
 			}
+			if k+1 < sent && c.carries() {
+				// It cut the wave and wants its second statement: the next
+				// wave first undoes the jobs after it (rolling back to the
+				// first one's savepoint), then sends its statement, then
+				// those jobs again; its statements still run together.
+				r.rollback = all[k+1].savepoint
+				for _, d := range all[k+1 : sent] {
+					d.statements = 0 // rolled back: sent again from the start
+				}
+				return k + 1 - off, true, c, nil
+			}
 			// It wants another statement: undo the statements of the jobs
-			// after it, and let it finish alone.
+			// after it, and let it finish alone, its next statement in
+			// the round trip of the rollback (a Query after it).
 			if k+1 < sent {
 				cut = true
-				if _, err := r.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+all[k+1].savepoint); err != nil {
-					return 0, false, nil, fmt.Errorf("rolling back the rest of a wave: %w", err)
+				if err := r.rollbackThen(all[k+1].savepoint, c); err != nil {
+					return 0, false, nil, err
 				}
 			}
 			for !c.done() {
@@ -274,6 +295,49 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 	return sent - off, sent < len(all), nil, nil
 }
 
+// flushRollback runs the rollback a carried job left for the next round
+// trip (r.rollback) on its own: the carried job's next call will not be
+// sent with it (it returned, or its call is a Query).
+func (r *runner) flushRollback() error {
+	if r.rollback == "" {
+		return nil
+	}
+	sp := r.rollback
+	r.rollback = ""
+	if _, err := r.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+sp); err != nil {
+		return fmt.Errorf("rolling back the rest of a wave: %w", err)
+	}
+	return nil
+}
+
+// rollbackThen rolls back to savepoint sp (the jobs after c in its wave)
+// and, unless it is a Query (read while c runs: alone, after the rollback),
+// sends c's pending call in the same round trip; the reply is stored in
+// the call and c resumed, as the calls of c that follow expect.
+func (r *runner) rollbackThen(sp string, c *coroutine) error {
+	if c.pending.kind == queryCall {
+		r.rollback = sp
+		return r.flushRollback()
+	}
+	b := &pgx.Batch{}
+	b.Queue("ROLLBACK TO SAVEPOINT " + sp)
+	b.Queue(c.pending.sql, c.pending.args...)
+	br := r.tx.SendBatch(r.ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("rolling back the rest of a wave: %w", err)
+	}
+	c.pending.readFrom(br, r.tx.Conn().TypeMap())
+	c.statements++
+	failed := c.pending.err != nil
+	if err := br.Close(); err != nil && !failed {
+		return err
+	}
+	c.resume()
+	c.skipDone()
+	return nil
+}
+
 // savepointName is the savepoint of the job at pos, the same in every wave
 // the job is sent in. A job sent again was rolled back to its own
 // savepoint or to an earlier one; a ROLLBACK TO SAVEPOINT always means the
@@ -298,6 +362,9 @@ func savepointName(pos int) string { return "r" + strconv.Itoa(pos) }
 // resumes.
 func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 	if len(all) == 1 && all[0].pending.kind == queryCall {
+		if err := r.flushRollback(); err != nil {
+			return 0, err
+		}
 		if !cont {
 			if _, err := r.tx.Exec(r.ctx, "SAVEPOINT "+all[0].savepoint); err != nil {
 				return 0, fmt.Errorf("savepoint: %w", err)
@@ -308,6 +375,11 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 		return 1, nil
 	}
 	b := &pgx.Batch{}
+	rollback := r.rollback
+	r.rollback = ""
+	if rollback != "" {
+		b.Queue("ROLLBACK TO SAVEPOINT " + rollback)
+	}
 	for k, c := range all {
 		if k > 0 || !cont {
 			b.Queue("SAVEPOINT " + c.savepoint)
@@ -315,6 +387,12 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 		b.Queue(c.pending.sql, c.pending.args...)
 	}
 	br := r.tx.SendBatch(r.ctx, b)
+	if rollback != "" {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return 0, fmt.Errorf("rolling back the rest of a wave: %w", err)
+		}
+	}
 	sent, failed := 0, false
 	for k, c := range all {
 		if k > 0 || !cont {
