@@ -295,6 +295,12 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 	return sent - off, sent < len(all), nil, nil
 }
 
+// aborted reports whether the transaction is in a failed state (a
+// statement of the last round trip failed): only a rollback can run.
+func (r *runner) aborted() bool {
+	return r.tx.Conn().PgConn().TxStatus() == 'E'
+}
+
 // flushRollback runs the rollback a carried job left for the next round
 // trip (r.rollback) on its own: the carried job's next call will not be
 // sent with it (it returned, or its call is a Query).
@@ -315,7 +321,11 @@ func (r *runner) flushRollback() error {
 // sends c's pending call in the same round trip; the reply is stored in
 // the call and c resumed, as the calls of c that follow expect.
 func (r *runner) rollbackThen(sp string, c *coroutine) error {
-	if c.pending.kind == queryCall {
+	if c.pending.kind == queryCall || r.aborted() {
+		// A Query is read while c runs; and in an aborted transaction
+		// (a statement after c's failed) pgx could not prepare c's
+		// statement ahead of the rollback (see send). Its statement runs
+		// alone after.
 		r.rollback = sp
 		return r.flushRollback()
 	}
@@ -373,6 +383,14 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 		all[0].pending.runOn(r.tx)
 		all[0].statements++
 		return 1, nil
+	}
+	if r.aborted() {
+		// pgx prepares the statements it has not seen before the batch,
+		// in a round trip of its own, which the aborted transaction would
+		// refuse: the rollback goes first, alone.
+		if err := r.flushRollback(); err != nil {
+			return 0, err
+		}
 	}
 	b := &pgx.Batch{}
 	rollback := r.rollback

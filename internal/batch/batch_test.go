@@ -30,6 +30,17 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	// No statement cache: a statement seen for the first time would cost a
+	// round trip of its own to prepare.
+	return setupMode(t, pgx.QueryExecModeExec)
+}
+
+// setupMode is setup with the connection's query mode: the worker's
+// connections cache every statement they prepare (QueryExecModeCacheStatement,
+// internal/database), and pgx prepares a batch's new statements in a round
+// trip of its own, before the batch.
+func setupMode(t *testing.T, mode pgx.QueryExecMode) *testBundle {
+	t.Helper()
 	db := pgtest.DB(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, "CREATE TABLE counters (k int PRIMARY KEY, n int NOT NULL DEFAULT 0)")
@@ -45,9 +56,7 @@ func setup(t *testing.T) *testBundle {
 		}
 		return countingConn{Conn: c, writes: writes}, nil
 	}
-	// No statement cache: a statement seen for the first time would cost a
-	// round trip of its own to prepare.
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.DefaultQueryExecMode = mode
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
@@ -415,7 +424,15 @@ func TestAJobThatSwallowsAnErrorFailsTheTransaction(t *testing.T) {
 
 func TestRandomMixesApplyEveryJobOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			randomMixes(t, setupMode(t, mode))
+		})
+	}
+}
+
+func randomMixes(t *testing.T, b *testBundle) {
 	r := rand.New(rand.NewPCG(7, 8))
 	// Half the rounds with classes (a job's class is its statement count,
 	// so Shapes learns that classes 2 and 3 take several): which jobs end a
@@ -586,4 +603,28 @@ func TestSavepointStatementsAreOnePerJobPosition(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx,
 		"SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'SAVEPOINT %' OR statement LIKE 'ROLLBACK TO SAVEPOINT %'").Scan(&savepoints))
 	require.LessOrEqual(t, savepoints, 2*jobsPerRun, "savepoint statements prepared on the connection")
+}
+
+// On a caching connection (the worker's), a job that cuts its wave while a
+// statement after it failed on the server leaves the transaction aborted:
+// the rollback of the jobs after it must run before pgx prepares the next
+// round trip's new statements (the rollback itself is one, the first
+// time), which an aborted transaction refuses. Job 0 takes two statements,
+// job 1's fails, job 2 takes one.
+func TestACutAfterAFailedStatementRollsBackBeforeAnythingIsPrepared(t *testing.T) {
+	t.Parallel()
+	b := setupMode(t, pgx.QueryExecModeCacheStatement)
+	fails := func(ctx context.Context, db batch.DB) error {
+		_, err := db.Exec(ctx, "SELECT 1 / 0")
+		return err
+	}
+	jobs := []batch.Job{bump(0, 2, nil), fails, bump(2, 1, nil)}
+	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.NoError(t, errs[0])
+	require.Error(t, errs[1])
+	require.NoError(t, errs[2])
+	require.Equal(t, 2, b.counter(t, 0))
+	require.Equal(t, 1, b.counter(t, 2))
 }
