@@ -9,15 +9,18 @@
 // the call to Run. Run takes jobs in order into waves: a wave is one
 // pipeline that carries, for every job in it, a SAVEPOINT named after the
 // job's position (r<position>) followed by the job's pending call. The
-// replies are handed to the jobs in order. A job
-// that wants a further statement cuts the wave: the jobs after it are rolled
-// back to the savepoint of the first of them and wait for the next wave.
-// When it wants a second statement, that statement heads the next wave,
-// sent after the rollback and before the jobs again; otherwise it finishes
-// alone, its next statement in the round trip of the rollback, then one
-// round trip per statement. So a job's statements always run together,
-// directly after its savepoint, and nothing is applied twice. A job that fails is rolled back to its savepoint (with
-// the jobs after it, which go again in the next wave). The wave size halves
+// replies are handed to the jobs in order. A job that wants a further
+// statement cuts the wave: the jobs after it are rolled back to the
+// savepoint of the first of them and wait for the next wave. Its next
+// statement heads the next wave, sent after that rollback and before those
+// jobs again (unless it is a Query: then the rollback goes alone, and the
+// Query after it); a job at the head of a wave that wants yet another
+// statement cuts that wave too, and then finishes alone, its next
+// statement in the round trip of the rollback, then one round trip per
+// statement. So a job's statements always run together, directly after
+// its savepoint, and nothing is applied twice. A job that fails is rolled
+// back to its savepoint (with the jobs after it, which go again in the
+// next wave). The wave size halves
 // after a wave that sent jobs again and doubles after a wave without one,
 // so when most jobs need several statements the waves shrink to one job
 // and little is sent twice.
@@ -323,9 +326,9 @@ func (r *runner) flushRollback() error {
 func (r *runner) rollbackThen(sp string, c *coroutine) error {
 	if c.pending.kind == queryCall || r.aborted() {
 		// A Query is read while c runs; and in an aborted transaction
-		// (a statement after c's failed) pgx could not prepare c's
-		// statement ahead of the rollback (see send). Its statement runs
-		// alone after.
+		// (a statement after c's failed) pgx could not prepare again,
+		// ahead of the rollback, the statements it forgot (see send).
+		// Its statement runs alone after.
 		r.rollback = sp
 		return r.flushRollback()
 	}
@@ -355,7 +358,11 @@ func (r *runner) rollbackThen(sp string, c *coroutine) error {
 // same name is established again ("the old savepoint is kept, though only
 // the more recent one will be used when rolling back or releasing",
 // https://www.postgresql.org/docs/15/sql-savepoint.html): the one of the
-// job's latest sending, the one meant. Positions, not waves, name them so
+// job's latest sending, the one meant. What makes that so: every ROLLBACK
+// TO SAVEPOINT r<p> is sent in the wave that established r<p> (or, for a
+// carried job, in the round trip right after it), before any job after
+// it is sent again with a new r<p>; a statement left inside an older
+// r<p> would otherwise be undone by a rollback meant for a newer one. Positions, not waves, name them so
 // that a transaction's savepoint statements are at most one per job
 // position: the worker's connections cache every statement they prepare
 // (pgx's statement cache, internal/database), and a name per wave made
@@ -385,9 +392,11 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 		return 1, nil
 	}
 	if r.aborted() {
-		// pgx prepares the statements it has not seen before the batch,
-		// in a round trip of its own, which the aborted transaction would
-		// refuse: the rollback goes first, alone.
+		// pgx forgets every statement of a round trip in which one
+		// failed (it invalidates them in its statement cache) and
+		// prepares the statements it does not hold in a round trip of
+		// its own before the batch, which an aborted transaction refuses:
+		// the rollback goes first, alone.
 		if err := r.flushRollback(); err != nil {
 			return 0, err
 		}

@@ -198,8 +198,10 @@ func TestAClassThatTookSeveralStatementsEndsItsWave(t *testing.T) {
 		return trips
 	}
 	var shapes batch.Shapes
-	// Unknown classes: one wave of six, cut at job 2 (a rollback of jobs
-	// 3-5, two statements alone), then jobs 3-5 again.
+	// Unknown classes: one wave of six, cut at job 2; then the rollback of
+	// jobs 3-5, job 2's second statement and jobs 3-5 again, where job 2
+	// wants a third and cuts that wave too; its third statement with the
+	// second rollback; then jobs 3-5 in the waves left (halved).
 	require.EqualValues(t, 5, runClasses(jobs(0), batch.Classes{Of: classes, Shapes: &shapes}))
 	// Learned: jobs 0-2, job 2's two statements alone, jobs 3-5.
 	require.EqualValues(t, 4, runClasses(jobs(10), batch.Classes{Of: classes, Shapes: &shapes}))
@@ -606,10 +608,10 @@ func TestSavepointStatementsAreOnePerJobPosition(t *testing.T) {
 }
 
 // On a caching connection (the worker's), a job that cuts its wave while a
-// statement after it failed on the server leaves the transaction aborted:
-// the rollback of the jobs after it must run before pgx prepares the next
-// round trip's new statements (the rollback itself is one, the first
-// time), which an aborted transaction refuses. Job 0 takes two statements,
+// statement after it failed on the server leaves the transaction aborted,
+// and pgx forgets the statements of that round trip: the rollback of the
+// jobs after it must run before pgx prepares them again for the next round
+// trip, which an aborted transaction refuses. Job 0 takes two statements,
 // job 1's fails, job 2 takes one.
 func TestACutAfterAFailedStatementRollsBackBeforeAnythingIsPrepared(t *testing.T) {
 	t.Parallel()
@@ -626,5 +628,126 @@ func TestACutAfterAFailedStatementRollsBackBeforeAnythingIsPrepared(t *testing.T
 	require.Error(t, errs[1])
 	require.NoError(t, errs[2])
 	require.Equal(t, 2, b.counter(t, 0))
+	require.Equal(t, 1, b.counter(t, 2))
+}
+
+// A job that cut its wave (jobs 0, 1 and 2 sent; job 1 wants a second
+// statement) leaves the rollback of job 2 for the next round trip; when its
+// second call is not sent (its context is done by then) and it returns,
+// that rollback still runs, before job 1's own, so job 2 is applied once
+// and job 1 not at all. Without it the transaction fails (the savepoint of
+// job 2 is gone).
+func TestACarriedJobWhoseCallIsNotSentStillRollsBackTheJobsAfterIt(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setupMode(t, mode)
+			jobCtx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			carried := func(_ context.Context, db batch.DB) error {
+				for range 2 {
+					if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1"); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			asked := 0
+			more := func() bool {
+				asked++
+				switch asked {
+				case 3:
+					return false
+				case 4:
+					cancel()
+				}
+				return true
+			}
+			n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil), bump(3, 1, nil)}, more)
+			require.NoError(t, err)
+			require.Equal(t, 4, n)
+			require.NoError(t, errs[0])
+			require.ErrorIs(t, errs[1], context.Canceled)
+			require.NoError(t, errs[2])
+			require.NoError(t, errs[3])
+			require.Equal(t, []int{1, 0, 1, 1}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 3)})
+		})
+	}
+}
+
+// The same cut, but the job goes on after its unsent call with a Query (it
+// goes alone) and a write: the rollback of job 2 runs before the Query, so
+// the Query does not see job 2's row, and the write stands (without it the
+// write would be undone by the rollback sent after it while the job
+// reported success: an effect lost).
+func TestACarriedJobsQueryAfterACutRunsAfterTheRollback(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setupMode(t, mode)
+			jobCtx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var seen int
+			carried := func(ctx context.Context, db batch.DB) error {
+				if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1"); err != nil {
+					return err
+				}
+				if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (20, 1)"); !errors.Is(err, context.Canceled) {
+					return fmt.Errorf("second call: %v", err)
+				}
+				rows, err := db.Query(ctx, "SELECT k FROM counters WHERE k = 2")
+				if err != nil {
+					return err
+				}
+				ks, err := pgx.CollectRows(rows, pgx.RowTo[int])
+				if err != nil {
+					return err
+				}
+				seen = len(ks)
+				_, err = db.Exec(ctx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1")
+				return err
+			}
+			asked := 0
+			more := func() bool {
+				asked++
+				switch asked {
+				case 3:
+					return false
+				case 4:
+					cancel()
+				}
+				return true
+			}
+			n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil), bump(3, 1, nil)}, more)
+			require.NoError(t, err)
+			require.Equal(t, 4, n)
+			require.Equal(t, []error{nil, nil, nil, nil}, errs)
+			require.Equal(t, 0, seen, "the carried job's query must not see job 2's rolled-back row")
+			require.Equal(t, []int{1, 2, 1, 1, 0}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 3), b.counter(t, 20)})
+		})
+	}
+}
+
+// A job at the head of a wave that wants a third statement, while a
+// statement after it in that wave failed (the transaction is aborted), on
+// a caching connection: the rollback goes alone before its statement
+// (rollbackThen), since the failed round trip's statements must be
+// prepared again and an aborted transaction refuses that.
+func TestAHeadThatWantsAThirdStatementAfterAFailureRollsBackFirst(t *testing.T) {
+	t.Parallel()
+	b := setupMode(t, pgx.QueryExecModeCacheStatement)
+	fails := func(ctx context.Context, db batch.DB) error {
+		_, err := db.Exec(ctx, "SELECT 1 / 0")
+		return err
+	}
+	n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 3, nil), fails, bump(2, 1, nil)}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.NoError(t, errs[0])
+	require.Error(t, errs[1])
+	require.NoError(t, errs[2])
+	require.Equal(t, 3, b.counter(t, 0))
 	require.Equal(t, 1, b.counter(t, 2))
 }
