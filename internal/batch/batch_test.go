@@ -111,6 +111,56 @@ func bump(k, statements int, fail error) batch.Job {
 	}
 }
 
+// failing is a job whose first statement fails on the server.
+func failing(ctx context.Context, db batch.DB) error {
+	_, err := db.Exec(ctx, "SELECT 1 / 0")
+	return err
+}
+
+// bumpOn is bump whose calls run under ctx, whatever context Run gives
+// the job.
+func bumpOn(ctx context.Context, k, statements int) batch.Job {
+	return func(_ context.Context, db batch.DB) error { return bump(k, statements, nil)(ctx, db) }
+}
+
+// queryAfterUnsentCall is a job whose first statement (under ctx) adds 1
+// to counter k, whose second (under ctx too, done by then) must be answered
+// with ctx's error without being sent, and which then reads the ints query
+// returns, under the job's own context, into got.
+func queryAfterUnsentCall(ctx context.Context, k int, query string, got *[]int) batch.Job {
+	return func(jobCtx context.Context, db batch.DB) error {
+		if err := bump(k, 1, nil)(ctx, db); err != nil {
+			return err
+		}
+		if _, err := db.Exec(ctx, "INSERT INTO counters (k, n) VALUES (20, 1)"); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("the second call: %v, want the context's error", err)
+		}
+		rows, err := db.Query(jobCtx, query)
+		if err != nil {
+			return err
+		}
+		*got, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		return err
+	}
+}
+
+// moreUntil is a more for Run that says no at its stop-th call (the wave
+// so far is sent, its last job carried when it wants a second statement)
+// and calls cancel at the call after.
+func moreUntil(stop int, cancel context.CancelFunc) func() bool {
+	asked := 0
+	return func() bool {
+		asked++
+		switch asked {
+		case stop:
+			return false
+		case stop + 1:
+			cancel()
+		}
+		return true
+	}
+}
+
 // bumpThenFail is bump whose job then makes a statement that fails on the
 // server (in a pipeline, it stops the rest), and returns its error.
 func bumpThenFail(k, statements int) batch.Job {
@@ -159,16 +209,23 @@ func TestAJobOfSeveralStatementsCutsTheWaveAndNothingIsAppliedTwice(t *testing.T
 	b := setup(t)
 	// Job 2 needs three statements: the jobs after it in the first wave are
 	// rolled back and sent again, so each counter must end at its job's
-	// statement count exactly.
+	// statement count exactly. Its class not known, job 2 sends its second
+	// statement after the rollback of jobs 3-5, with them (they run
+	// again), wants a third there and so cuts that wave too: its third
+	// statement goes in the round trip of the second rollback. Jobs 3-5 go
+	// again in two waves (the size halved after each cut): five round
+	// trips, as before issue 24, when the first rollback and each further
+	// statement went alone.
 	counts := []int{1, 1, 3, 1, 1, 1}
 	var jobs []batch.Job
 	for k, c := range counts {
 		jobs = append(jobs, bump(k, c, nil))
 	}
-	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
+	n, errs, err, trips := b.run(t, context.Background(), jobs, nil)
 	require.NoError(t, err)
 	require.Equal(t, len(counts), n)
 	require.Equal(t, make([]error, len(counts)), errs)
+	require.EqualValues(t, 5, trips)
 	for k, c := range counts {
 		require.Equal(t, c, b.counter(t, k), "counter %d", k)
 	}
@@ -248,31 +305,6 @@ func TestAClassThatTookTwoStatementsSendsTheSecondWithTheNextWave(t *testing.T) 
 		for k, n := range counts {
 			require.Equal(t, n, b.counter(t, c.base+k), "counter %d", c.base+k)
 		}
-	}
-}
-
-// A job of three statements whose class is not known cuts its wave, sends
-// its second statement after the rollback of the jobs after it, with them
-// (they run again), wants a third there and so cuts that wave too: its
-// third statement goes in the round trip of the second rollback. The jobs
-// after it go again in two waves (the size halved after each cut): five
-// round trips, as before issue 24 (when the first rollback and each further
-// statement went alone), and each statement applied once.
-func TestAJobOfThreeStatementsSendsEachAfterItsRollback(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	counts := []int{1, 1, 3, 1, 1, 1}
-	var jobs []batch.Job
-	for k, c := range counts {
-		jobs = append(jobs, bump(k, c, nil))
-	}
-	n, errs, err, trips := b.run(t, context.Background(), jobs, nil)
-	require.NoError(t, err)
-	require.Equal(t, len(counts), n)
-	require.Equal(t, make([]error, len(counts)), errs)
-	require.EqualValues(t, 5, trips)
-	for k, c := range counts {
-		require.Equal(t, c, b.counter(t, k), "counter %d", k)
 	}
 }
 
@@ -498,26 +530,10 @@ func TestACarriedCallWhoseContextIsDoneIsNotSent(t *testing.T) {
 	b := setup(t)
 	jobCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	carried := func(_ context.Context, db batch.DB) error {
-		for range 2 {
-			if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1"); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	asked := 0
-	more := func() bool {
-		asked++
-		switch asked {
-		case 2:
-			return false // the first wave: jobs 0 and 1, job 1 last
-		case 3:
-			cancel() // job 1 is carried, its second call pending
-		}
-		return true
-	}
-	n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil)}, more)
+	// The first wave: jobs 0 and 1, job 1 last; then job 1 is carried, its
+	// second call pending, when its context is done.
+	more := moreUntil(2, cancel)
+	n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), bumpOn(jobCtx, 1, 2), bump(2, 1, nil)}, more)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	require.NoError(t, errs[0])
@@ -535,20 +551,7 @@ func TestACarriedJobsQueryAfterAnAnsweredCallGoesAlone(t *testing.T) {
 	jobCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var got []int
-	carried := func(ctx context.Context, db batch.DB) error {
-		if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1)"); err != nil {
-			return err
-		}
-		if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (20, 1)"); !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("the second call: %v, want the context's error", err)
-		}
-		rows, err := db.Query(ctx, "SELECT g FROM generate_series(1, 3) g")
-		if err != nil {
-			return err
-		}
-		got, err = pgx.CollectRows(rows, pgx.RowTo[int])
-		return err
-	}
+	carried := queryAfterUnsentCall(jobCtx, 1, "SELECT g FROM generate_series(1, 3) g", &got)
 	asked := 0
 	more := func() bool {
 		asked++
@@ -611,143 +614,69 @@ func TestSavepointStatementsAreOnePerJobPosition(t *testing.T) {
 // statement after it failed on the server leaves the transaction aborted,
 // and pgx forgets the statements of that round trip: the rollback of the
 // jobs after it must run before pgx prepares them again for the next round
-// trip, which an aborted transaction refuses. Job 0 takes two statements,
-// job 1's fails, job 2 takes one.
+// trip, which an aborted transaction refuses. Job 1's statement fails; job
+// 0 takes two statements (its second heads the next wave: send), or three
+// (it also wants a third at the head of that wave, after a failure there
+// too: rollbackThen); job 2 takes one.
 func TestACutAfterAFailedStatementRollsBackBeforeAnythingIsPrepared(t *testing.T) {
 	t.Parallel()
-	b := setupMode(t, pgx.QueryExecModeCacheStatement)
-	fails := func(ctx context.Context, db batch.DB) error {
-		_, err := db.Exec(ctx, "SELECT 1 / 0")
-		return err
+	for _, statements := range []int{2, 3} {
+		t.Run(strconv.Itoa(statements), func(t *testing.T) {
+			t.Parallel()
+			b := setupMode(t, pgx.QueryExecModeCacheStatement)
+			n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, statements, nil), failing, bump(2, 1, nil)}, nil)
+			require.NoError(t, err)
+			require.Equal(t, 3, n)
+			require.NoError(t, errs[0])
+			require.Error(t, errs[1])
+			require.NoError(t, errs[2])
+			require.Equal(t, statements, b.counter(t, 0))
+			require.Equal(t, 1, b.counter(t, 2))
+		})
 	}
-	jobs := []batch.Job{bump(0, 2, nil), fails, bump(2, 1, nil)}
-	n, errs, err, _ := b.run(t, context.Background(), jobs, nil)
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	require.NoError(t, errs[0])
-	require.Error(t, errs[1])
-	require.NoError(t, errs[2])
-	require.Equal(t, 2, b.counter(t, 0))
-	require.Equal(t, 1, b.counter(t, 2))
 }
 
 // A job that cut its wave (jobs 0, 1 and 2 sent; job 1 wants a second
-// statement) leaves the rollback of job 2 for the next round trip; when its
-// second call is not sent (its context is done by then) and it returns,
-// that rollback still runs, before job 1's own, so job 2 is applied once
-// and job 1 not at all. Without it the transaction fails (the savepoint of
-// job 2 is gone).
-func TestACarriedJobWhoseCallIsNotSentStillRollsBackTheJobsAfterIt(t *testing.T) {
+// statement) leaves the rollback of job 2 for the next round trip. When its
+// second call is not sent (its context is done by then), that rollback
+// still runs first: if the job returns, before job 1's own rollback (without
+// it the transaction fails: job 2's savepoint is gone); if it goes on with
+// a Query (alone) and a write, before the Query, which does not see job 2's
+// row, and the write stands (without it the rollback sent after would undo
+// the write of a job that reported success: an effect lost).
+func TestACarriedJobAfterACutWhoseCallIsNotSent(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
-		t.Run(mode.String(), func(t *testing.T) {
-			t.Parallel()
-			b := setupMode(t, mode)
-			jobCtx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			carried := func(_ context.Context, db batch.DB) error {
-				for range 2 {
-					if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1"); err != nil {
-						return err
-					}
+		for _, goesOn := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/goes_on=%v", mode, goesOn), func(t *testing.T) {
+				t.Parallel()
+				b := setupMode(t, mode)
+				jobCtx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				carried, counter1 := bumpOn(jobCtx, 1, 2), 0
+				var ks []int
+				if goesOn {
+					carried, counter1 = func(ctx context.Context, db batch.DB) error {
+						if err := queryAfterUnsentCall(jobCtx, 1, "SELECT k FROM counters WHERE k = 2", &ks)(ctx, db); err != nil {
+							return err
+						}
+						return bump(1, 1, nil)(ctx, db)
+					}, 2
 				}
-				return nil
-			}
-			asked := 0
-			more := func() bool {
-				asked++
-				switch asked {
-				case 3:
-					return false
-				case 4:
-					cancel()
+				n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil), bump(3, 1, nil)}, moreUntil(3, cancel))
+				require.NoError(t, err)
+				require.Equal(t, 4, n)
+				require.NoError(t, errs[0])
+				if goesOn {
+					require.NoError(t, errs[1])
+				} else {
+					require.ErrorIs(t, errs[1], context.Canceled)
 				}
-				return true
-			}
-			n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil), bump(3, 1, nil)}, more)
-			require.NoError(t, err)
-			require.Equal(t, 4, n)
-			require.NoError(t, errs[0])
-			require.ErrorIs(t, errs[1], context.Canceled)
-			require.NoError(t, errs[2])
-			require.NoError(t, errs[3])
-			require.Equal(t, []int{1, 0, 1, 1}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 3)})
-		})
+				require.NoError(t, errs[2])
+				require.NoError(t, errs[3])
+				require.Empty(t, ks, "the carried job's query must not see job 2's rolled-back row")
+				require.Equal(t, []int{1, counter1, 1, 1, 0}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 3), b.counter(t, 20)})
+			})
+		}
 	}
-}
-
-// The same cut, but the job goes on after its unsent call with a Query (it
-// goes alone) and a write: the rollback of job 2 runs before the Query, so
-// the Query does not see job 2's row, and the write stands (without it the
-// write would be undone by the rollback sent after it while the job
-// reported success: an effect lost).
-func TestACarriedJobsQueryAfterACutRunsAfterTheRollback(t *testing.T) {
-	t.Parallel()
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
-		t.Run(mode.String(), func(t *testing.T) {
-			t.Parallel()
-			b := setupMode(t, mode)
-			jobCtx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var seen int
-			carried := func(ctx context.Context, db batch.DB) error {
-				if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1"); err != nil {
-					return err
-				}
-				if _, err := db.Exec(jobCtx, "INSERT INTO counters (k, n) VALUES (20, 1)"); !errors.Is(err, context.Canceled) {
-					return fmt.Errorf("second call: %v", err)
-				}
-				rows, err := db.Query(ctx, "SELECT k FROM counters WHERE k = 2")
-				if err != nil {
-					return err
-				}
-				ks, err := pgx.CollectRows(rows, pgx.RowTo[int])
-				if err != nil {
-					return err
-				}
-				seen = len(ks)
-				_, err = db.Exec(ctx, "INSERT INTO counters (k, n) VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + 1")
-				return err
-			}
-			asked := 0
-			more := func() bool {
-				asked++
-				switch asked {
-				case 3:
-					return false
-				case 4:
-					cancel()
-				}
-				return true
-			}
-			n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 1, nil), carried, bump(2, 1, nil), bump(3, 1, nil)}, more)
-			require.NoError(t, err)
-			require.Equal(t, 4, n)
-			require.Equal(t, []error{nil, nil, nil, nil}, errs)
-			require.Equal(t, 0, seen, "the carried job's query must not see job 2's rolled-back row")
-			require.Equal(t, []int{1, 2, 1, 1, 0}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 3), b.counter(t, 20)})
-		})
-	}
-}
-
-// A job at the head of a wave that wants a third statement, while a
-// statement after it in that wave failed (the transaction is aborted), on
-// a caching connection: the rollback goes alone before its statement
-// (rollbackThen), since the failed round trip's statements must be
-// prepared again and an aborted transaction refuses that.
-func TestAHeadThatWantsAThirdStatementAfterAFailureRollsBackFirst(t *testing.T) {
-	t.Parallel()
-	b := setupMode(t, pgx.QueryExecModeCacheStatement)
-	fails := func(ctx context.Context, db batch.DB) error {
-		_, err := db.Exec(ctx, "SELECT 1 / 0")
-		return err
-	}
-	n, errs, err, _ := b.run(t, context.Background(), []batch.Job{bump(0, 3, nil), fails, bump(2, 1, nil)}, nil)
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	require.NoError(t, errs[0])
-	require.Error(t, errs[1])
-	require.NoError(t, errs[2])
-	require.Equal(t, 3, b.counter(t, 0))
-	require.Equal(t, 1, b.counter(t, 2))
 }
