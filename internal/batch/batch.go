@@ -265,7 +265,7 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 			}
 			// It wants another statement: undo the statements of the jobs
 			// after it, and let it finish alone, its next statement in
-			// the round trip of the rollback (a Query after it).
+			// the round trip of the rollback.
 			if k+1 < sent {
 				cut = true
 				if err := r.rollbackThen(all[k+1].savepoint, c); err != nil {
@@ -320,30 +320,12 @@ func (r *runner) flushRollback() error {
 }
 
 // rollbackThen rolls back to savepoint sp (the jobs after c in its wave)
-// and, unless it is a Query (read while c runs: alone, after the rollback),
-// sends c's pending call in the same round trip; the reply is stored in
-// the call and c resumed, as the calls of c that follow expect.
+// and sends c's pending call in the same round trip (send, as the head of
+// a wave of its own: alone after the rollback when it is a Query or the
+// transaction is aborted), then resumes c with the reply.
 func (r *runner) rollbackThen(sp string, c *coroutine) error {
-	if c.pending.kind == queryCall || r.aborted() {
-		// A Query is read while c runs; and in an aborted transaction
-		// (a statement after c's failed) pgx could not prepare again,
-		// ahead of the rollback, the statements it forgot (see send).
-		// Its statement runs alone after.
-		r.rollback = sp
-		return r.flushRollback()
-	}
-	b := &pgx.Batch{}
-	b.Queue("ROLLBACK TO SAVEPOINT " + sp)
-	b.Queue(c.pending.sql, c.pending.args...)
-	br := r.tx.SendBatch(r.ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return fmt.Errorf("rolling back the rest of a wave: %w", err)
-	}
-	c.pending.readFrom(br, r.tx.Conn().TypeMap())
-	c.statements++
-	failed := c.pending.err != nil
-	if err := br.Close(); err != nil && !failed {
+	r.rollback = sp
+	if _, err := r.send([]*coroutine{c}, true); err != nil {
 		return err
 	}
 	c.resume()
@@ -361,13 +343,14 @@ func (r *runner) rollbackThen(sp string, c *coroutine) error {
 // job's latest sending, the one meant. What makes that so: every ROLLBACK
 // TO SAVEPOINT r<p> is sent in the wave that established r<p> (or, for a
 // carried job, in the round trip right after it), before any job after
-// it is sent again with a new r<p>; a statement left inside an older
-// r<p> would otherwise be undone by a rollback meant for a newer one. Positions, not waves, name them so
-// that a transaction's savepoint statements are at most one per job
-// position: the worker's connections cache every statement they prepare
-// (pgx's statement cache, internal/database), and a name per wave made
-// each new one cost a round trip of its own to prepare it, and pushed the
-// handlers' statements out of the cache (issue 24).
+// it is sent again with a new r<p>; a statement left inside an older r<p>
+// would otherwise be undone by a rollback meant for a newer one.
+// Positions, not waves, name them so that a transaction's savepoint
+// statements are at most one per job position: the worker's connections
+// cache every statement they prepare (pgx's statement cache,
+// internal/database), and a name per wave made each new one cost a round
+// trip of its own to prepare it, and pushed the handlers' statements out
+// of the cache (issue 24).
 func savepointName(pos int) string { return "r" + strconv.Itoa(pos) }
 
 // send sends, in one round trip, the pending call of each job of all, each
@@ -376,7 +359,8 @@ func savepointName(pos int) string { return "r" + strconv.Itoa(pos) }
 // calls. It returns how many of them ran: the statements after one that
 // failed did not (the server skips the rest of the pipeline). A lone Query
 // runs directly after its savepoint, since its rows are read while the job
-// resumes.
+// resumes. A rollback a cut left (r.rollback) goes first: in the same round
+// trip, or alone before it for a lone Query or in an aborted transaction.
 func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 	if len(all) == 1 && all[0].pending.kind == queryCall {
 		if err := r.flushRollback(); err != nil {
