@@ -5,10 +5,12 @@ package worker
 // processBatch orders the batch and splits off the refunds it cannot place
 // (applied after it, in a transaction of their own with bounded lock
 // waits, unplacedLockWait);
-// batchTx locks the receipts (inbox.LockMany), re-checks them, filters the
-// other mode (books), runs the handlers (applyHandler), records failures
-// (isDeadlock, isLockTimeout, describe, backoff) and marks the rest
-// processed (inbox.MarkManyProcessed), in one commit; oneByOne is the
+// batchTx opens its transaction and locks the receipts in one round trip
+// (inbox.BeginLockMany), re-checks them, filters the other mode (books),
+// runs the handlers (applyHandler), records failures (isDeadlock,
+// isLockTimeout, describe, backoff), and marks the rest processed and
+// commits in one more (lockedOnce, inbox.MarkManyProcessedCommit,
+// inPipelinedTx); oneByOne is the
 // fallback when that transaction fails, and giveBack releases the receipts
 // the deadline margin leaves unstarted; process is the one-receipt
 // transaction (apply: lock, re-check, mode filter, handler, mark) that
