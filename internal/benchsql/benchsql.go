@@ -40,8 +40,8 @@ var (
 		return err
 	})
 	// ClaimLocalsSQL is what the claim's transaction sets for itself before
-	// the claim, in the same pipeline (synchronous_commit off; see
-	// inbox.Claim), and ClaimSQL the worker's claim (inbox.Claim).
+	// the claim, in the same pipeline (synchronous_commit off and a generic
+	// plan; see inbox.Claim), and ClaimSQL the worker's claim (inbox.Claim).
 	ClaimLocalsSQL, ClaimSQL = claimPipeline[0].sql, claimPipeline[1].sql
 	// SetLocalStatementTimeoutSQL bounds the statements of a processing
 	// transaction (inbox.SetLocalStatementTimeout).
@@ -65,8 +65,8 @@ var (
 		return err
 	})
 	// PayInvoiceSQL is invoice.paid's one statement in the common case,
-	// for an invoice that names no payment as the bench's receipts
-	// (internal/handlers payInvoiceNoPayments).
+	// for an invoice that names no payment as the bench's receipts, with
+	// write-backs off (internal/handlers payInvoiceSQL).
 	PayInvoiceSQL = payInvoice.sql
 	// PaidFrom is the array literal of the states invoice.paid moves an
 	// invoice from (its $7), and PaidRank the rank of status paid (its $9).
@@ -76,35 +76,60 @@ var (
 
 // ExplainClaim returns the plan of the worker's claim with p's
 // parameters, as EXPLAIN (ANALYZE, BUFFERS, FORMAT format) prints it
-// (format TEXT or JSON): the statement and arguments inbox.Claim sends,
-// captured. ANALYZE runs the claim: it does so in a transaction that it
-// rolls back.
+// (format TEXT or JSON): the statements and arguments inbox.Claim sends,
+// captured. The plan is the one the worker's connections run: the claim
+// prepared, after what its transaction sets for itself (a generic plan),
+// and executed. ANALYZE runs the claim: it does so in a transaction that
+// it rolls back.
 func ExplainClaim(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, p inbox.ClaimParams, format string) (string, error) {
 	if format != "TEXT" && format != "JSON" {
 		return "", fmt.Errorf("explaining the claim: format %q is not TEXT or JSON", format)
 	}
-	p.StatementTimeout = 0 // the claim alone, not its set_config
+	p.StatementTimeout = 0 // the claim and its locals, not a statement_timeout
 	all := captureAll("inbox.Claim", 2, func(db *recorder) error {
 		_, err := inbox.Claim(ctx, db, p)
 		return err
 	})
-	claim := all[len(all)-1]
+	locals, claim := all[0], all[1]
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the claim must not stay
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") "+claim.sql, claim.args...)
-	if err != nil {
-		return "", fmt.Errorf("explaining the claim: %w", err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	lines, err := explainPrepared(ctx, tx, format, locals, claim)
 	if err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
 	return strings.Join(lines, "\n"), nil
+}
+
+// explainPrepared runs locals, prepares q and explains its execution with
+// q's arguments (sent as literals: EXECUTE's parameters take no $n), and
+// deallocates it: a prepared statement outlives the transaction.
+func explainPrepared(ctx context.Context, tx pgx.Tx, format string, locals, q captured) ([]string, error) {
+	if _, err := tx.Exec(ctx, locals.sql, locals.args...); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, "PREPARE benchsql_explained AS "+q.sql); err != nil {
+		return nil, err
+	}
+	params := make([]string, len(q.args))
+	for i := range params {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	args := append([]any{pgx.QueryExecModeSimpleProtocol}, q.args...)
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE benchsql_explained("+strings.Join(params, ", ")+")", args...)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	_, err = tx.Exec(ctx, "DEALLOCATE benchsql_explained")
+	return lines, err
 }
 
 // errCaptured fails the statement the recorder captured.

@@ -124,6 +124,9 @@ func claimIndexScan(t *testing.T, conn *pgx.Conn, now time.Time, maxAttempts int
 	walk(plans[0].Plan, false)
 	require.Len(t, found, 1, "one scan picks the rows to claim:\n%s", out)
 	require.Equal(t, "webhook_inbox_unprocessed", found[0]["Index Name"], "the claim scans its index:\n%s", out)
+	// The worker's plan is the generic one (claimLocals), planned once per
+	// connection: its index condition holds the parameter, not a value.
+	require.Contains(t, found[0]["Index Cond"], "$1", "the claim runs its generic plan:\n%s", out)
 	if _, ok := found[0]["Rows Removed by Filter"]; !ok {
 		found[0]["Rows Removed by Filter"] = float64(0)
 	}

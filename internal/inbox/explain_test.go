@@ -10,8 +10,10 @@ import (
 
 // ExplainClaim returns the plan of the claim p describes, as EXPLAIN
 // (ANALYZE, BUFFERS, FORMAT format) prints it (format TEXT or JSON), for
-// the tests (scripts/bench has its own: internal/benchsql). ANALYZE runs
-// the claim: it does so in a transaction that it rolls back.
+// the tests (scripts/bench has its own: internal/benchsql). The plan is the
+// one the worker's connections run: the claim prepared, after what its
+// transaction sets for itself (claimLocals: a generic plan), and executed.
+// ANALYZE runs the claim: it does so in a transaction that it rolls back.
 func ExplainClaim(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, p ClaimParams, format string) (string, error) {
@@ -23,12 +25,26 @@ func ExplainClaim(ctx context.Context, db interface {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the claim must not stay
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") "+claimReceipts, p.Now, p.MaxAttempts, p.Limit, p.Lease.Milliseconds())
+	for _, q := range claimLocals(0) {
+		if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
+			return "", fmt.Errorf("explaining the claim: %w", err)
+		}
+	}
+	// A prepared statement outlives the transaction: deallocated below.
+	if _, err := tx.Exec(ctx, "PREPARE explained_claim AS "+claimReceipts); err != nil {
+		return "", fmt.Errorf("explaining the claim: %w", err)
+	}
+	// EXECUTE's parameters take no $n: sent as literals.
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE explained_claim($1, $2, $3, $4)",
+		pgx.QueryExecModeSimpleProtocol, p.Now, p.MaxAttempts, p.Limit, p.Lease.Milliseconds())
 	if err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
+		return "", fmt.Errorf("explaining the claim: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "DEALLOCATE explained_claim"); err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
 	return strings.Join(lines, "\n"), nil

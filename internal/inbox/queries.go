@@ -194,9 +194,10 @@ const setLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, tru
 // For the current transaction only (SetLocalTimeouts).
 const setLocalTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)`
 
-// setLocalAsyncCommit: the current transaction commits without waiting for
-// its WAL flush (the claim's; see claimLocals in claim.go).
-const setLocalAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+// setClaimLocals: the current transaction commits without waiting for its
+// WAL flush, and plans its prepared statements once (the claim's; see
+// claimLocals in claim.go).
+const setClaimLocals = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // lockReceipt and lockReceipts return the event as the handlers get it, as
 // bytea: the exact bytes Stripe sent when jsonb could not hold them
