@@ -338,8 +338,8 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 //
 // The common cases (the invoice moves to paid, or it was already paid) take
 // one statement, which also records the invoice's payment links (an invoice
-// that names none takes the statement without that part,
-// payInvoiceNoPayments); a link to
+// that names none takes a statement without that part, payInvoiceSQL); a
+// link to
 // a payment whose refunds or disputes were booked before it was known takes
 // more to move them to the invoice. A payment on a void invoice takes two
 // more: the first statement leaves a void row as it is (void is not in
@@ -388,13 +388,9 @@ func (o Options) payInvoiceFrom(ctx context.Context, tx DB, ev Event, inv invoic
 		move      bool
 	)
 	payments := inv.payments()
-	sql := payInvoiceNoPayments // nothing to link, no refund or dispute to attribute
-	if len(payments) > 0 {
-		sql = payInvoice
-	}
+	sql := payInvoice[b2i(len(payments) > 0)][b2i(o.WritebackOn(WritebackCustomerMetadata))]
 	err := tx.QueryRow(ctx, sql, inv.ID.V, inv.customer(), "paid", nullIfEmpty(inv.Currency.V), inv.AmountDue.V, inv.AmountPaid.V, from,
-		m.Created, statusRank["paid"], ev.ID, account(ev), payload(viaStripe), payments, viaStripe, outside, payload(outside),
-		o.WritebackOn(WritebackCustomerMetadata)).Scan(&now, &seen, &move)
+		m.Created, statusRank["paid"], ev.ID, account(ev), payload(viaStripe), payments, viaStripe, outside, payload(outside)).Scan(&now, &seen, &move)
 	if err != nil {
 		return "", fmt.Errorf("paying invoice %s: %w", inv.ID.V, err)
 	}
@@ -404,6 +400,14 @@ func (o Options) payInvoiceFrom(ctx context.Context, tx DB, ev Event, inv invoic
 		}
 	}
 	return finalStatus(ctx, tx, ev, inv.ID.V, now, seen)
+}
+
+// b2i indexes a table of statements by a condition (payInvoice).
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func nullIfEmpty(s string) *string {

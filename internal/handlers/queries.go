@@ -61,19 +61,17 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 // payInvoice: the parameters of upsertInvoice with target 'paid', then
 // $12 the payment's outbox payload, $13 the payments (ch_/pi_ ids) the
 // invoice names, $14 the amount paid through Stripe, $15 the amount paid
-// outside Stripe, $16 the out-of-band payment's outbox payload, $17
-// whether the customer_metadata write-back is on. In one
+// outside Stripe, $16 the out-of-band payment's outbox payload. In one
 // statement: moves the invoice to paid (or creates it paid), books the
 // payment ('payment', $14, unless the invoice was paid wholly outside
 // Stripe) and the money paid outside Stripe ('paid_out_of_band', $15, when
 // above 0), queues one notification per entry booked, records the
-// write-back intent (only when it booked the payment, only for the
-// platform's own invoice with a customer; see writebacks.go) and records the
-// payment links (see linkPayments). It returns the invoice's status after
-// this statement when the statement changed the row (NULL otherwise), the
-// status as this statement's snapshot saw it (NULL if absent), and whether
-// refunds of the payments may still be booked under another key than their
-// invoice (then the caller runs attributeRefunds).
+// write-back intent (in the statements with one, see payInvoiceSQL) and
+// records the payment links (see linkPayments). It returns the invoice's
+// status after this statement when the statement changed the row (NULL
+// otherwise), the status as this statement's snapshot saw it (NULL if
+// absent), and whether refunds of the payments may still be booked under
+// another key than their invoice (then the caller runs attributeRefunds).
 //
 // The payment is booked when the row it returns is paid: either it moved it
 // to paid, or the invoice was already paid and only its descriptive fields
@@ -86,23 +84,51 @@ const newerSnapshot = `(EXCLUDED.snapshot_created, EXCLUDED.snapshot_rank, EXCLU
 // caller reads it with invoiceStatus in a new statement. invoicePaid runs it
 // with $7 the states before paid, and once more with $7 void when the row
 // it locked is void.
-var payInvoice = payInvoiceBooking + `
-, linked AS (` + linkPaymentsCTE("$13", "$11") + `
+//
+// payInvoice is its four statements (payInvoiceSQL), indexed by whether the
+// invoice names a Stripe payment and whether the customer_metadata
+// write-back is on.
+var payInvoice = [2][2]string{
+	{payInvoiceSQL(false, false), payInvoiceSQL(false, true)},
+	{payInvoiceSQL(true, false), payInvoiceSQL(true, true)},
+}
+
+// payInvoiceSQL is payInvoice for an invoice that names a Stripe payment
+// (links) or none, with the customer_metadata write-back on (writeback) or
+// off. Issue 24: each part a statement has costs every execution, even one
+// that inserts nothing (PostgreSQL starts every data-modifying CTE's
+// executor node), so a statement holds only the parts its receipt can use:
+//   - links: the payment links and the probe for refunds and disputes to
+//     attribute; without it (no charge, no payments list, or only payment
+//     records) the third value is always false, and the statement took a
+//     third less time;
+//   - writeback: the write-back intent (only when it booked the payment,
+//     only for the platform's own invoice with a customer; see
+//     writebacks.go); off by default (WRITEBACKS).
+func payInvoiceSQL(links, writeback bool) string {
+	sql := payInvoiceBooking
+	if writeback {
+		sql += `, intended AS (
+INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id)
+SELECT '` + WritebackCustomerMetadata + `', $2::text,
+       jsonb_build_object('metadata', jsonb_build_object('` + LastPaidInvoiceKey + `', $1::text)),
+       ` + customerMetadataKeySQL + `, $10::text
+  FROM booked WHERE kind = 'payment' AND coalesce($2::text, '') <> '' AND $11::text IS NULL
+ON CONFLICT (idempotency_key) DO NOTHING
+)`
+	}
+	if !links {
+		return sql + `
+SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11),
+       coalesce(cardinality($13::text[]), 0) > 0`
+	}
+	return sql + `, linked AS (` + linkPaymentsCTE("$13", "$11") + `
 )
 SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11),
        coalesce((SELECT bool_or(has_refunds) FROM linked), false) OR ` + unattributedOf13
+}
 
-// payInvoiceNoPayments is payInvoice for an invoice that names no Stripe
-// payment (no charge, no payments list, or only payment records): nothing
-// to link, so no refund or dispute to attribute. The same parameters ($13
-// is empty) and the same three values, the third always false. Issue 24:
-// payInvoice's link CTE and its unattributed probe cost every such receipt
-// about a third of the statement's time while doing nothing.
-var payInvoiceNoPayments = payInvoiceBooking + `
-SELECT (SELECT status FROM paid), (SELECT status FROM invoices WHERE id = $1 AND account IS NOT DISTINCT FROM $11),
-       coalesce(cardinality($13::text[]), 0) > 0`
-
-// payInvoiceBooking is what payInvoice and payInvoiceNoPayments share: the
+// payInvoiceBooking is what every payInvoice statement holds: the
 // invoice's move to paid, the entries and their outbox rows.
 const payInvoiceBooking = `
 WITH paid AS (` + upsertInvoice + `
@@ -118,13 +144,6 @@ RETURNING kind
 ` + outbox.InsertRowsSQL + `
 SELECT 'Invoice', $1, CASE kind WHEN 'payment' THEN 'InvoicePaymentBooked' ELSE 'InvoicePaidOutOfBand' END,
        CASE kind WHEN 'payment' THEN $12::jsonb ELSE $16::jsonb END FROM booked
-), intended AS (
-INSERT INTO writeback_intents (kind, target, params, idempotency_key, event_id)
-SELECT '` + WritebackCustomerMetadata + `', $2::text,
-       jsonb_build_object('metadata', jsonb_build_object('` + LastPaidInvoiceKey + `', $1::text)),
-       ` + customerMetadataKeySQL + `, $10::text
-  FROM booked WHERE kind = 'payment' AND $17::bool AND coalesce($2::text, '') <> '' AND $11::text IS NULL
-ON CONFLICT (idempotency_key) DO NOTHING
 )`
 
 // linkPaymentsCTE: $1 invoice id, and the payment ids (sorted, so that

@@ -199,7 +199,7 @@ BEGIN;
 ` + pgbenchSQL(benchsql.PayInvoiceSQL, ":coalesce", "'cus_1'", "'paid'", "'usd'", "1000", "1000", "'"+benchsql.PaidFrom+"'",
 		"1700000000", strconv.Itoa(int(benchsql.PaidRank)), ":event_id", "NULL", // $11 the platform's own account
 		`'{"invoice_id": "in", "customer_id": "cus_1", "amount": 1000, "currency": "usd"}'`,
-		"'{}'", "1000", "0", "NULL", "false") + `;
+		"'{}'", "1000", "0", "NULL") + `;
 ` + pgbenchSQL(benchsql.MarkProcessedSQL, ":provider", ":endpoint", ":event_id", "'applied'", "NULL") + `;
 COMMIT;
 `
