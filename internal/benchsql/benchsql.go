@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,7 +42,8 @@ var (
 	})
 	// ClaimLocalsSQL is what the claim's transaction sets for itself before
 	// the claim, in the same pipeline (synchronous_commit off and a generic
-	// plan; see inbox.Claim), and ClaimSQL the worker's claim (inbox.Claim).
+	// plan; see inbox.Claim), and ClaimSQL the worker's claim (inbox.Claim)
+	// of one receipt (its limit is in its text).
 	ClaimLocalsSQL, ClaimSQL = claimPipeline[0].sql, claimPipeline[1].sql
 	// SetLocalStatementTimeoutSQL bounds the statements of a processing
 	// transaction (inbox.SetLocalStatementTimeout).
@@ -105,14 +107,20 @@ func ExplainClaim(ctx context.Context, db interface {
 	return strings.Join(lines, "\n"), nil
 }
 
+// explained numbers explainPrepared's prepared statements.
+var explained atomic.Int64
+
 // explainPrepared runs locals, prepares q and explains its execution with
 // q's arguments (sent as literals: EXECUTE's parameters take no $n), and
-// deallocates it: a prepared statement outlives the transaction.
+// deallocates it: a prepared statement outlives the transaction. Each is
+// named once, so that one an error left on a pooled connection never
+// collides with the next.
 func explainPrepared(ctx context.Context, tx pgx.Tx, format string, locals, q captured) ([]string, error) {
 	if _, err := tx.Exec(ctx, locals.sql, locals.args...); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, "PREPARE benchsql_explained AS "+q.sql); err != nil {
+	name := fmt.Sprintf("benchsql_explained_%d", explained.Add(1))
+	if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+q.sql); err != nil {
 		return nil, err
 	}
 	params := make([]string, len(q.args))
@@ -120,7 +128,7 @@ func explainPrepared(ctx context.Context, tx pgx.Tx, format string, locals, q ca
 		params[i] = fmt.Sprintf("$%d", i+1)
 	}
 	args := append([]any{pgx.QueryExecModeSimpleProtocol}, q.args...)
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE benchsql_explained("+strings.Join(params, ", ")+")", args...)
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE "+name+"("+strings.Join(params, ", ")+")", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +136,7 @@ func explainPrepared(ctx context.Context, tx pgx.Tx, format string, locals, q ca
 	if err != nil {
 		return nil, err
 	}
-	_, err = tx.Exec(ctx, "DEALLOCATE benchsql_explained")
+	_, err = tx.Exec(ctx, "DEALLOCATE "+name)
 	return lines, err
 }
 

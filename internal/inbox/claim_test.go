@@ -132,3 +132,55 @@ func claimIndexScan(t *testing.T, conn *pgx.Conn, now time.Time, maxAttempts int
 	}
 	return found[0]
 }
+
+// TestClaimGenericPlanIsCostedForItsLimit: the claim runs a generic plan
+// (claimLocals), which PostgreSQL keeps for the connection's life. With the
+// limit a parameter, it planned for 10 % of the rows it estimates claimable
+// (on a backlog of a million, 12,290 rows: a sort of the whole backlog, or
+// a hash join over the whole table for the UPDATE, then looks cheaper, and
+// grows more so with the backlog). With the limit in the claim's text, the
+// plan is costed for the rows a claim takes: the ordered index scan under
+// the LIMIT, then one primary-key lookup per row.
+func TestClaimGenericPlanIsCostedForItsLimit(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	// A history of processed receipts (on a table of a few pages, reading
+	// it all is the cheaper plan, rightly) and a backlog.
+	_, err := db.Pool.Exec(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, processed_at, outcome)
+		SELECT 'stripe', 'billing', 'evt_done_' || g, 'invoice.paid', false, '{}', now(), 'applied' FROM generate_series(1, 100000) g`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO webhook_inbox (provider, endpoint, event_id, event_type, livemode, payload, available_at)
+		SELECT 'stripe', 'billing', 'evt_' || g, 'invoice.paid', false, '{}', now() - g * interval '1 millisecond' FROM generate_series(1, 3000) g`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "ANALYZE webhook_inbox")
+	require.NoError(t, err)
+	for _, limit := range []int{50, 7} {
+		out, err := ExplainClaim(ctx, db.Connect(t), ClaimParams{MaxAttempts: 10, Limit: limit, Lease: time.Minute}, "JSON")
+		require.NoError(t, err)
+		var plans []struct{ Plan map[string]any }
+		require.NoError(t, json.Unmarshal([]byte(out), &plans))
+		var limits, joins []map[string]any
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			switch n["Node Type"] {
+			case "Limit":
+				limits = append(limits, n)
+			case "Nested Loop", "Hash Join", "Merge Join":
+				joins = append(joins, n)
+			}
+			require.NotEqual(t, "Seq Scan", n["Node Type"], "no claim reads the whole table:\n%s", out)
+			children, _ := n["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
+		}
+		walk(plans[0].Plan)
+		require.Len(t, limits, 1, out)
+		require.EqualValues(t, limit, limits[0]["Plan Rows"], "the plan is costed for the claim's limit:\n%s", out)
+		require.EqualValues(t, limit, limits[0]["Actual Rows"], out)
+		require.Len(t, joins, 1, out)
+		require.Equal(t, "Nested Loop", joins[0]["Node Type"], "the UPDATE finds each claimed row by its key:\n%s", out)
+		require.Contains(t, claimIndexScan(t, db.Connect(t), time.Now(), 10)["Index Cond"], "$1", "a generic plan")
+	}
+}

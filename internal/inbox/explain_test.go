@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
+
+// explained numbers ExplainClaim's prepared statements.
+var explained atomic.Int64
 
 // ExplainClaim returns the plan of the claim p describes, as EXPLAIN
 // (ANALYZE, BUFFERS, FORMAT format) prints it (format TEXT or JSON), for
@@ -30,13 +34,16 @@ func ExplainClaim(ctx context.Context, db interface {
 			return "", fmt.Errorf("explaining the claim: %w", err)
 		}
 	}
-	// A prepared statement outlives the transaction: deallocated below.
-	if _, err := tx.Exec(ctx, "PREPARE explained_claim AS "+claimReceipts); err != nil {
+	// A prepared statement outlives the transaction: deallocated below,
+	// and named once per call, so that one an error left on a pooled
+	// connection never collides with the next.
+	name := fmt.Sprintf("explained_claim_%d", explained.Add(1))
+	if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+claimSQL(p.Limit)); err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
 	// EXECUTE's parameters take no $n: sent as literals.
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE explained_claim($1, $2, $3, $4)",
-		pgx.QueryExecModeSimpleProtocol, p.Now, p.MaxAttempts, p.Limit, p.Lease.Milliseconds())
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE "+name+"($1, $2, $3)",
+		pgx.QueryExecModeSimpleProtocol, p.Now, p.MaxAttempts, p.Lease.Milliseconds())
 	if err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
@@ -44,7 +51,7 @@ func ExplainClaim(ctx context.Context, db interface {
 	if err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "DEALLOCATE explained_claim"); err != nil {
+	if _, err := tx.Exec(ctx, "DEALLOCATE "+name); err != nil {
 		return "", fmt.Errorf("explaining the claim: %w", err)
 	}
 	return strings.Join(lines, "\n"), nil

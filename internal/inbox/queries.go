@@ -1,5 +1,10 @@
 package inbox
 
+import (
+	"strconv"
+	"strings"
+)
+
 // Every statement that touches webhook_inbox: the webhook's store, the
 // worker's claim, lock, mark, fail and release, and the purge's delete and
 // scrub. Parameters are positional ($1, $2, ...); each query documents its
@@ -113,8 +118,15 @@ RETURNING true`
 // now(), which production uses; tests pass a time to control leases and
 // backoff without sleeping.
 
-// claimReceipts: $1 now, $2 max_attempts, $3 limit, $4 lease in milliseconds.
-// Takes up to $3 claimable rows, skipping rows another transaction has locked,
+// claimReceipts: $1 now, $2 max_attempts, $3 lease in milliseconds, and
+// the limit in the text ($LIMIT, claimSQL), not a parameter: the claim runs a
+// generic plan (claimLocals), and PostgreSQL plans a LIMIT parameter as 10 %
+// of the rows it estimates, which for a large backlog makes reading all of
+// it and sorting (or a hash join over the whole table for the UPDATE) the
+// cheaper-looking plan; a LIMIT it can read keeps the ordered index scan
+// and the primary-key lookups whatever the backlog. One prepared statement
+// per limit: the worker asks for CLAIM_LIMIT, or less what it carries.
+// Takes up to limit claimable rows, skipping rows another transaction has locked,
 // counts the attempt and hides the rows for the lease. It commits on its own
 // (autocommit), so the attempt is counted even if the process then dies.
 //
@@ -135,16 +147,21 @@ WITH picked AS (
        AND available_at <= coalesce($1::timestamptz, now())
        AND attempts < $2
      ORDER BY available_at
-     LIMIT $3
+     LIMIT $LIMIT
        FOR UPDATE SKIP LOCKED
 )
 UPDATE webhook_inbox AS w
    SET attempts     = w.attempts + 1,
-       available_at = coalesce($1::timestamptz, now()) + $4::bigint * interval '1 millisecond'
+       available_at = coalesce($1::timestamptz, now()) + $3::bigint * interval '1 millisecond'
   FROM picked
  WHERE (w.provider, w.endpoint, w.event_id) = (picked.provider, picked.endpoint, picked.event_id)
 RETURNING w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, coalesce(w.api_version, ''), w.source,
-          w.available_at, ` + lockKey + ``
+          w.available_at, ` + lockKey
+
+// claimSQL is claimReceipts taking up to limit rows ($LIMIT).
+func claimSQL(limit int) string {
+	return strings.Replace(claimReceipts, "$LIMIT", strconv.Itoa(limit), 1)
+}
 
 // lockKey is the order a batch applies its receipts in (Claimed.LockKey):
 // the invoice each event belongs to, so that every batch takes the rows of

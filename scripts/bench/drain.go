@@ -191,7 +191,7 @@ func drainScript() string {
 	// outside it (no out-of-band payload).
 	return `BEGIN;
 ` + benchsql.ClaimLocalsSQL + `;
-` + pgbenchSQL(benchsql.ClaimSQL, "NULL", strconv.Itoa(worker.DefaultMaxAttempts), "1", "120000") + ` \gset
+` + pgbenchSQL(benchsql.ClaimSQL, "NULL", strconv.Itoa(worker.DefaultMaxAttempts), "120000") + ` \gset
 COMMIT;
 BEGIN;
 ` + pgbenchSQL(benchsql.SetLocalStatementTimeoutSQL, timeout) + `;
