@@ -302,9 +302,10 @@ func workerGrants(worker string) []string {
 		"GRANT INSERT (aggregate_type, aggregate_id, event_type, payload) ON public.outbox TO " + worker,
 		"GRANT UPDATE (attempts, available_at, leased_until, claim_token, last_error, published_at) ON public.outbox TO " + worker,
 		// payInvoice's write-back intent (internal/handlers writebacks.go):
-		// INSERT only, ON CONFLICT (idempotency_key) DO NOTHING; needed even
-		// with write-backs off, as PostgreSQL checks a statement's every
-		// table. Sending and recording are the sender's (internal/writeback).
+		// INSERT only, ON CONFLICT (idempotency_key) DO NOTHING. Only the
+		// statements used with a write-back on name the table, but the
+		// grant does not depend on WRITEBACKS: turning one on needs no new
+		// grant. Sending and recording are the sender's (internal/writeback).
 		"GRANT SELECT (idempotency_key) ON public.writeback_intents TO " + worker,
 		"GRANT INSERT (kind, target, params, idempotency_key, event_id) ON public.writeback_intents TO " + worker,
 	}, workerDisputeGrants(worker)...)

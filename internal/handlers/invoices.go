@@ -339,9 +339,8 @@ func invoiceMarkedUncollectible(ctx context.Context, tx DB, ev Event, inv invoic
 // The common cases (the invoice moves to paid, or it was already paid) take
 // one statement, which also records the invoice's payment links (an invoice
 // that names none takes a statement without that part, payInvoiceSQL); a
-// link to
-// a payment whose refunds or disputes were booked before it was known takes
-// more to move them to the invoice. A payment on a void invoice takes two
+// link to a payment whose refunds or disputes were booked before it was
+// known takes more to move them to the invoice. A payment on a void invoice takes two
 // more: the first statement leaves a void row as it is (void is not in
 // fromForPaid) and locked, so the status it returns or the locked read
 // (finalStatus) is the latest one, even when the void committed after the

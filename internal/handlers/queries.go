@@ -95,9 +95,9 @@ var payInvoice = [2][2]string{
 
 // payInvoiceSQL is payInvoice for an invoice that names a Stripe payment
 // (links) or none, with the customer_metadata write-back on (writeback) or
-// off. Issue 24: each part a statement has costs every execution, even one
-// that inserts nothing (PostgreSQL starts every data-modifying CTE's
-// executor node), so a statement holds only the parts its receipt can use:
+// off. Issue 24: PostgreSQL starts every data-modifying CTE's executor node
+// on each execution, even one that inserts nothing, so a statement holds
+// only the parts its receipt can use:
 //   - links: the payment links and the probe for refunds and disputes to
 //     attribute; without it (no charge, no payments list, or only payment
 //     records) the third value is always false, and the statement took a

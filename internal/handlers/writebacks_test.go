@@ -92,6 +92,27 @@ func TestPaymentBookedRecordsOneWritebackIntent(t *testing.T) {
 		require.Empty(t, b.intents(t), "its customer lives in the connected account: the call would need Stripe-Account")
 	})
 
+	// invoice.paid has a statement of its own for an invoice that names a
+	// payment (it records the payment's link too): the same intent, once,
+	// with the write-back on; none with it off.
+	t.Run("an invoice that names its charge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, db)
+		inv := stripetest.Invoice("in_wb_7", "cus_wb_7", "paid", 2000)
+		inv["charge"] = "ch_wb_7"
+		for range 2 {
+			b.applyWith(t, writebacksOn, "invoice.paid", inv)
+			require.Equal(t, want("in_wb_7", "cus_wb_7"), b.intents(t))
+		}
+		off := stripetest.Invoice("in_wb_8", "cus_wb_8", "paid", 2000)
+		off["charge"] = "ch_wb_8"
+		b.applyWith(t, handlers.Default(), "invoice.paid", off)
+		require.Equal(t, want("in_wb_7", "cus_wb_7"), b.intents(t), "with the write-back off, none")
+		require.Equal(t, []string{"in_wb_7 payment 2000", "in_wb_8 payment 2000"}, b.ledger(t))
+		require.Equal(t, []string{"ch_wb_7 in_wb_7", "ch_wb_8 in_wb_8"},
+			b.strings(t, "SELECT payment_id || ' ' || invoice_id FROM payment_links"), "both statements record the link")
+	})
+
 	t.Run("off by default", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, db)
