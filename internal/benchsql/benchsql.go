@@ -7,8 +7,10 @@
 // the package's own function (inbox.Store, inbox.Claim, the invoice.paid
 // handler, ...) on a stand-in connection that records the first statement
 // sent to it and fails it. So the SQL stays in its table's package, and what
-// the bench runs cannot drift from it. Production code never imports this
-// package (TestProductionNeverImportsIt).
+// the bench runs cannot drift from it. ExplainClaim also serves
+// internal/inbox's claim tests, so that the plan they check is the one the
+// bench prints. Production code never imports this package
+// (TestProductionNeverImportsIt).
 package benchsql
 
 import (

@@ -1,4 +1,4 @@
-package inbox
+package inbox_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-inbox/inbox/internal/benchsql"
+	"github.com/stripe-inbox/inbox/internal/inbox"
 	"github.com/stripe-inbox/inbox/internal/pgtest"
 )
 
@@ -36,7 +38,7 @@ func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
 	insert("evt_died_", stuck/3)
 	_, err := db.Pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = $1 - 1", maxAttempts)
 	require.NoError(t, err)
-	claimed, err := Claim(ctx, db.Pool, ClaimParams{MaxAttempts: maxAttempts, Limit: stuck, Lease: time.Minute})
+	claimed, err := inbox.Claim(ctx, db.Pool, inbox.ClaimParams{MaxAttempts: maxAttempts, Limit: stuck, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, stuck/3)
 
@@ -44,20 +46,20 @@ func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
 	insert("evt_failed_", stuck/3)
 	_, err = db.Pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = $1 - 1 WHERE event_id LIKE 'evt_failed_%'", maxAttempts)
 	require.NoError(t, err)
-	claimed, err = Claim(ctx, db.Pool, ClaimParams{MaxAttempts: maxAttempts, Limit: stuck, Lease: time.Minute})
+	claimed, err = inbox.Claim(ctx, db.Pool, inbox.ClaimParams{MaxAttempts: maxAttempts, Limit: stuck, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, stuck/3)
 	for _, c := range claimed {
-		require.NoError(t, RecordFailure(ctx, db.Pool, c.Key, "boom", time.Second, nil, maxAttempts))
+		require.NoError(t, inbox.RecordFailure(ctx, db.Pool, c.Key, "boom", time.Second, nil, maxAttempts))
 	}
 
 	// The died third's leases have not ended: they are the worker's, and
 	// stay. An hour on, the worker's run parks them.
-	parked, err := ParkNeedsReview(ctx, db.Pool, maxAttempts, nil)
+	parked, err := inbox.ParkNeedsReview(ctx, db.Pool, maxAttempts, nil)
 	require.NoError(t, err)
 	require.Zero(t, parked, "a lease that has not ended is a worker's")
 	later := time.Now().Add(time.Hour)
-	parked, err = ParkNeedsReview(ctx, db.Pool, maxAttempts, &later)
+	parked, err = inbox.ParkNeedsReview(ctx, db.Pool, maxAttempts, &later)
 	require.NoError(t, err)
 	require.Equal(t, stuck/3, parked)
 
@@ -78,21 +80,21 @@ func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
 	insert("evt_legacy_", stuck/3)
 	_, err = db.Pool.Exec(ctx, "UPDATE webhook_inbox SET attempts = $1, available_at = now() - interval '1 day' WHERE event_id LIKE 'evt_legacy_%'", maxAttempts)
 	require.NoError(t, err)
-	parked, err = ParkNeedsReview(ctx, db.Pool, maxAttempts, nil)
+	parked, err = inbox.ParkNeedsReview(ctx, db.Pool, maxAttempts, nil)
 	require.NoError(t, err)
 	require.Equal(t, stuck/3, parked)
 	requireClaimReadsOnly(fresh)
 
-	backlog, err := Stats(ctx, db.Pool, maxAttempts, nil)
+	backlog, err := inbox.Stats(ctx, db.Pool, maxAttempts, nil)
 	require.NoError(t, err)
-	require.Equal(t, Backlog{Count: fresh, OldestAgeSeconds: backlog.OldestAgeSeconds, NeedsReview: stuck}, backlog)
+	require.Equal(t, inbox.Backlog{Count: fresh, OldestAgeSeconds: backlog.OldestAgeSeconds, NeedsReview: stuck}, backlog)
 
 	// The operator's retry (README) brings a receipt back.
 	tag, err := db.Pool.Exec(ctx, `UPDATE webhook_inbox SET attempts = 0, available_at = now()
 	 WHERE processed_at IS NULL AND attempts >= $1 AND event_id = 'evt_died_1'`, maxAttempts)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
-	claimed, err = Claim(ctx, db.Pool, ClaimParams{MaxAttempts: maxAttempts, Limit: fresh + 1, Lease: time.Minute})
+	claimed, err = inbox.Claim(ctx, db.Pool, inbox.ClaimParams{MaxAttempts: maxAttempts, Limit: fresh + 1, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, fresh+1)
 }
@@ -103,7 +105,7 @@ func TestClaimDoesNotReadNeedsReviewRows(t *testing.T) {
 func claimIndexScan(t *testing.T, conn *pgx.Conn, now time.Time, maxAttempts int) map[string]any {
 	t.Helper()
 	ctx := context.Background()
-	out, err := ExplainClaim(ctx, conn, ClaimParams{Now: &now, MaxAttempts: maxAttempts, Limit: 50, Lease: time.Minute}, "JSON")
+	out, err := benchsql.ExplainClaim(ctx, conn, inbox.ClaimParams{Now: &now, MaxAttempts: maxAttempts, Limit: 50, Lease: time.Minute}, "JSON")
 	require.NoError(t, err)
 	var plans []struct{ Plan map[string]any }
 	require.NoError(t, json.Unmarshal([]byte(out), &plans))
@@ -156,7 +158,7 @@ func TestClaimGenericPlanIsCostedForItsLimit(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, "ANALYZE webhook_inbox")
 	require.NoError(t, err)
 	for _, limit := range []int{50, 7} {
-		out, err := ExplainClaim(ctx, db.Connect(t), ClaimParams{MaxAttempts: 10, Limit: limit, Lease: time.Minute}, "JSON")
+		out, err := benchsql.ExplainClaim(ctx, db.Connect(t), inbox.ClaimParams{MaxAttempts: 10, Limit: limit, Lease: time.Minute}, "JSON")
 		require.NoError(t, err)
 		var plans []struct{ Plan map[string]any }
 		require.NoError(t, json.Unmarshal([]byte(out), &plans))
