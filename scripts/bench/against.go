@@ -76,24 +76,28 @@ func against(ctx context.Context, out io.Writer) {
 	defer exec0(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+theirDB.name+" WITH (FORCE)")
 	var t table
 	for _, d := range drainers {
-		var ours, theirs []float64
+		var ours, theirs, ourCPU, theirCPU []float64
 		for r := range runs {
 			// Alternating, and in turn first (ABBA...), so that neither
 			// build always runs right after the backlog was loaded.
 			for k := range 2 {
 				if (r+k)%2 == 0 {
 					resetBacklog(ctx)
-					ours = append(ours, localDrain(*localBin, *dbURL, d, n))
+					d := localDrain(*localBin, *dbURL, d, n)
+					ours, ourCPU = append(ours, d.rate), append(ourCPU, d.cpuPerReceipt)
 				} else {
 					theirDB.reset(ctx)
-					theirs = append(theirs, localDrain(*againstLocal, theirDB.url, d, n))
+					d := localDrain(*againstLocal, theirDB.url, d, n)
+					theirs, theirCPU = append(theirs, d.rate), append(theirCPU, d.cpuPerReceipt)
 				}
 			}
 		}
-		t.add(strconv.Itoa(d), f0(median(ours)), f0(median(theirs)), ratio(median(ours), median(theirs)), rates(ours), rates(theirs))
-		fmt.Fprintf(os.Stderr, "against: %d drainers: %s %v, %s %v\n", d, *againstHead, ours, *againstRev, theirs)
+		t.add(strconv.Itoa(d), f0(median(ours)), f0(median(theirs)), ratio(median(ours), median(theirs)), rates(ours), rates(theirs),
+			f0(median(ourCPU)), f0(median(theirCPU)))
+		fmt.Fprintf(os.Stderr, "against: %d drainers: %s %v (worker CPU µs/receipt %v), %s %v (%v)\n", d, *againstHead, ours, ourCPU, *againstRev, theirs, theirCPU)
 	}
-	t.print(out, "drainers", *againstHead+" receipts/s", *againstRev+" receipts/s", "ratio", *againstHead+" runs", *againstRev+" runs")
+	t.print(out, "drainers", *againstHead+" receipts/s", *againstRev+" receipts/s", "ratio", *againstHead+" runs", *againstRev+" runs",
+		*againstHead+" worker CPU µs/receipt", *againstRev+" worker CPU µs/receipt")
 }
 
 func rates(v []float64) string {
@@ -104,16 +108,24 @@ func rates(v []float64) string {
 	return strings.Join(s, ", ")
 }
 
+// drained is one localDrain: the run's rate, and the CPU time its worker
+// process (the client: decoding, the handlers' Go, pgx, logging; not
+// PostgreSQL's) used per receipt from its start to the run's end, in µs.
+// The two builds share the machine's cores with PostgreSQL, so a client
+// that needs more CPU per receipt leaves the server less.
+type drained struct{ rate, cpuPerReceipt float64 }
+
 // localDrain runs bin (a cmd/local) as a worker with drainers drainers
-// until its first run ends, and returns that run's rate. Every one of the n
-// receipts must have been processed.
-func localDrain(bin, url string, drainers, n int) float64 {
+// until its first run ends, and returns that run's rate and CPU. Every one
+// of the n receipts must have been processed.
+func localDrain(bin, url string, drainers, n int) drained {
 	saved, savedURL := *localBin, *dbURL
 	*localBin, *dbURL = bin, url
 	r := startLocal(false, "LOCAL_COMPONENTS=worker", "WORKER_INTERVAL=1h", "WORKER_TIMEOUT=15m", "POLL_INTERVAL=0",
 		"WORKER_CONCURRENCY="+strconv.Itoa(drainers), "LOG_LEVEL=info")
 	*localBin, *dbURL = saved, savedURL
 	defer r.stop()
+	started := r.cpu() // the process's start and its migrations check: not the run's
 	deadline := time.Now().Add(10 * time.Minute)
 	off := 0
 	for time.Now().Before(deadline) {
@@ -147,13 +159,16 @@ func localDrain(bin, url string, drainers, n int) float64 {
 				if s.Processed+s.Ignored != n || s.Failed != 0 {
 					fail(fmt.Errorf("%s: the run processed %d, ignored %d, failed %d of %d receipts", bin, s.Processed, s.Ignored, s.Failed, n))
 				}
-				return float64(n) / (float64(s.DurationMs) / 1000)
+				return drained{
+					rate:          float64(n) / (float64(s.DurationMs) / 1000),
+					cpuPerReceipt: float64((r.cpu() - started).Microseconds()) / float64(n),
+				}
 			}
 		}
 		time.Sleep(50 * time.Millisecond) // polling the log of a process for its end
 	}
 	fail(fmt.Errorf("%s: no worker run logged in 10 minutes", bin))
-	return 0
+	return drained{}
 }
 
 // theirDB is the other build's database: its schema is the one its own

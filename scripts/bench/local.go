@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,6 +114,22 @@ func (r *localRunner) noteListening(line string) {
 	case r.url == "":
 		r.url = m[1]
 	}
+}
+
+// cpu is the CPU time the runner's process has used so far, user and
+// system (utime + stime of /proc/PID/stat, in clock ticks of 10 ms: Linux's
+// USER_HZ is 100 on every architecture Go runs on).
+func (r *localRunner) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid))
+	check(err)
+	// The fields after the command name (which may hold spaces), from the
+	// state on: utime and stime are the 12th and 13th of them (proc(5)).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, err := strconv.ParseInt(f[11], 10, 64)
+	check(err)
+	stime, err := strconv.ParseInt(f[12], 10, 64)
+	check(err)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 func (r *localRunner) stop() {
