@@ -25,6 +25,22 @@
 // so when most jobs need several statements the waves shrink to one job
 // and little is sent twice.
 //
+// Savepoints only where a rollback may need them (RunClasses, issue 24).
+// A savepoint per job is a statement per job, and its subtransaction: in
+// a drain of jobs of one statement each, half of the statements a batch
+// sends. Once Shapes has seen steadyAfter jobs of a class, all of one
+// statement and none failed, a job of such a class that follows one is
+// sent without a savepoint of its own: nothing ever rolls back to it. The
+// first job of every wave keeps its savepoint. Should a job of a steady
+// class want a second statement after all, or fail, the rollback it needs
+// is to a savepoint left out: the run rolls back to the savepoint before it
+// (in the next round trip), stops the jobs from there and starts them
+// again, each under its own savepoint, for the rest of the run (restartAt).
+// Those jobs' statements run twice, the first time undone, and so they
+// count once: a job's effect is what its last run left, which is why a
+// Job must keep nothing outside the transaction but what its last run
+// leaves.
+//
 // Jobs of a class that usually needs several statements (RunClasses:
 // Shapes learns it from the jobs that ran, say a pre-basil charge.refunded,
 // which links its charge to the invoice before it books its refunds) end
@@ -47,6 +63,7 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -76,7 +93,11 @@ type Tx interface {
 
 // Job is one unit of work in a batch. A job that returns an error is rolled
 // back to its savepoint; one that returns nil keeps its statements in the
-// transaction. A job that panics panics Run: recover in the job.
+// transaction. A job that panics panics Run: recover in the job. A job may
+// be started more than once in a Run (RunClasses restarts jobs whose
+// statements it rolled back): only its last run's statements stand, so
+// whatever it keeps outside the transaction must be what its last run
+// leaves (a result it overwrites, not a count it adds to).
 type Job func(ctx context.Context, db DB) error
 
 // Run runs jobs[0], jobs[1], ... in tx, in order, each under a savepoint of
@@ -106,7 +127,7 @@ type Classes struct {
 // several (see the package comment). Which jobs end a wave changes only the
 // round trips, never what is applied.
 func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() bool) (int, []error, error) {
-	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs)), classes: c}
+	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs)), classes: c, fewer: c.Shapes != nil}
 	defer func() {
 		for _, c := range r.started {
 			c.stop()
@@ -118,7 +139,7 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 	)
 	size := len(jobs)
 	for {
-		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) == 0 || more == nil || more()) {
+		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) < max(1, r.replay) || more == nil || more()) {
 			c := r.start(jobs[len(r.errs)])
 			if c.done() {
 				r.errs[c.pos] = c.err // no statement ran: nothing to roll back
@@ -126,46 +147,64 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 			}
 			queue = append(queue, c)
 		}
+		var err error
 		if carry != nil {
 			// As for any call: one whose context is done is not sent.
 			carry.skipDone()
 			if carry.done() {
-				if err := r.flushRollback(); err != nil {
-					return len(r.errs), r.errs, err
-				}
-				if err := r.finishCarried(carry); err != nil {
-					return len(r.errs), r.errs, err
+				err = r.flushRollback()
+				if err == nil {
+					err = r.finishCarried(carry)
 				}
 				carry = nil
 			}
 		}
-		if len(queue) == 0 && carry == nil {
-			break
-		}
-		n := 0
-		for n < min(len(queue), size) && queue[n].pending.kind != queryCall {
-			n++
-			if queue[n-1].several {
-				break // its second statement heads the next wave
+		if err == nil {
+			if len(queue) == 0 && carry == nil {
+				break
+			}
+			n := 0
+			for n < min(len(queue), size) && queue[n].pending.kind != queryCall {
+				n++
+				if queue[n-1].several {
+					break // its second statement heads the next wave
+				}
+			}
+			wave := queue[:n]
+			switch {
+			case carry == nil:
+				wave = queue[:max(n, 1)] // a Query goes alone
+			case carry.pending.kind == queryCall:
+				wave = nil // a carried job's Query too (after a call skipDone answered)
+			}
+			var (
+				consumed int
+				cut      bool
+				next     *coroutine
+			)
+			consumed, cut, next, err = r.runWave(carry, wave)
+			if err == nil {
+				queue, carry = queue[consumed:], next
+				if cut {
+					size = max(1, size/2)
+				} else {
+					size = min(len(jobs), size*2)
+				}
+				continue
 			}
 		}
-		wave := queue[:n]
-		switch {
-		case carry == nil:
-			wave = queue[:max(n, 1)] // a Query goes alone
-		case carry.pending.kind == queryCall:
-			wave = nil // a carried job's Query too (after a call skipDone answered)
-		}
-		consumed, cut, next, err := r.runWave(carry, wave)
-		if err != nil {
+		if !errors.Is(err, errRestart) {
 			return len(r.errs), r.errs, err
 		}
-		queue, carry = queue[consumed:], next
-		if cut {
-			size = max(1, size/2)
-		} else {
-			size = min(len(jobs), size*2)
-		}
+		// A rollback needed a savepoint the run left out (fewer): the
+		// jobs from the one before it on run again, each under a
+		// savepoint of its own.
+		queue, carry = nil, nil
+	}
+	// A restart whose jobs then sent nothing (their context done) still
+	// undoes what they did before it.
+	if err := r.flushRollback(); err != nil {
+		return len(r.errs), r.errs, err
 	}
 	return len(r.errs), r.errs, nil
 }
@@ -181,6 +220,78 @@ type runner struct {
 	rollback string
 	errs     []error      // one per job started, in order
 	started  []*coroutine // every job started, stopped when Run returns
+	// fewer: a job whose class is known to take one statement and never
+	// to fail is sent without a savepoint of its own after a job of such
+	// a class (savepoints); true until a rollback needs a savepoint so
+	// left out (restartAt), then every job has its own.
+	fewer bool
+	// replay is how many jobs had been started when the run restarted:
+	// up to there, more is not asked again (it said yes to them).
+	replay int
+}
+
+// errRestart: a rollback needed a savepoint that was left out; the run
+// goes on from the job of the savepoint before it (restartAt).
+var errRestart = errors.New("batch: restart from an earlier savepoint")
+
+// savepoints decides which jobs of wave are sent after a savepoint of
+// their own. Every job is, unless fewer: then the first of the wave is, and
+// a job after it only when the one before it may want a further statement
+// (its class is not known to take one: a cut rolls back to the savepoint
+// of the job after the one that cut) or it may fail (its class is not
+// known never to: a failure rolls back to the job's own savepoint). A
+// rollback whose savepoint was left out all the same (a job of a class
+// known to take one statement took two, or one known never to fail failed)
+// restarts the run from the savepoint before it (restartAt).
+func (r *runner) savepoints(wave []*coroutine) {
+	for i, c := range wave {
+		c.savepoint = savepointName(c.pos)
+		if r.fewer && i > 0 {
+			if oneBefore, _ := r.classes.Shapes.steady(r.class(wave[i-1].pos)); oneBefore {
+				if _, neverFails := r.classes.Shapes.steady(r.class(c.pos)); neverFails {
+					c.savepoint = ""
+				}
+			}
+		}
+	}
+}
+
+// savepointFor is the savepoint to roll back to for the job at pos and
+// those after it: its own, or, when it was left out, errRestart after
+// restartAt.
+func (r *runner) savepointFor(c *coroutine) (string, error) {
+	if c.savepoint != "" {
+		return c.savepoint, nil
+	}
+	return "", r.restartAt(c.pos)
+}
+
+// restartAt rolls back (with the next round trip) to the latest savepoint
+// at or before the job at pos, and starts the jobs from there again, each
+// under a savepoint of its own. What those jobs did is undone with the
+// rollback; their coroutines are stopped first (a job stopped mid-way gets
+// errAbandoned from its call and returns), so nothing of theirs is left
+// to run beside the new ones. Returns errRestart.
+func (r *runner) restartAt(pos int) error {
+	from := -1
+	for _, c := range r.started {
+		if c.pos <= pos && c.savepoint != "" {
+			from = max(from, c.pos)
+		}
+	}
+	if from < 0 {
+		return fmt.Errorf("batch: no savepoint at or before job %d", pos) // every wave's first job has one
+	}
+	for _, c := range r.started {
+		if c.pos >= from {
+			c.stop()
+		}
+	}
+	r.rollback = savepointName(from)
+	r.replay = max(r.replay, len(r.errs))
+	r.errs = r.errs[:from]
+	r.fewer = false
+	return errRestart
 }
 
 // class is the class of the job at pos ("" when none was given).
@@ -194,7 +305,7 @@ func (r *runner) class(pos int) string {
 // settle records what the job made of its class, once it has returned.
 func (r *runner) settle(c *coroutine) {
 	if class := r.class(c.pos); class != "" && c.statements > 0 {
-		r.classes.Shapes.record(class, c.statements)
+		r.classes.Shapes.record(class, c.statements, c.err != nil)
 	}
 }
 
@@ -215,7 +326,11 @@ func (r *runner) start(job Job) *coroutine {
 // ran after it).
 func (r *runner) finishCarried(c *coroutine) error {
 	if c.err != nil {
-		if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+c.savepoint); err != nil {
+		sp, err := r.savepointFor(c)
+		if err != nil {
+			return err
+		}
+		if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
 			return fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
 		}
 	}
@@ -232,9 +347,7 @@ func (r *runner) finishCarried(c *coroutine) error {
 // were rolled back, to be sent again), and the job, if any, whose second
 // statement heads the next wave (carry).
 func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut bool, carry *coroutine, err error) {
-	for _, c := range wave {
-		c.savepoint = savepointName(c.pos)
-	}
+	r.savepoints(wave)
 	all, off := wave, 0 // off: where wave starts in all
 	if head != nil {
 		all, off = append([]*coroutine{head}, wave...), 1
@@ -257,7 +370,11 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 				// wave first undoes the jobs after it (rolling back to the
 				// first one's savepoint), then sends its statement, then
 				// those jobs again; its statements still run together.
-				r.rollback = all[k+1].savepoint
+				sp, err := r.savepointFor(all[k+1])
+				if err != nil {
+					return 0, false, nil, err
+				}
+				r.rollback = sp
 				for _, d := range all[k+1 : sent] {
 					d.statements = 0 // rolled back: sent again from the start
 				}
@@ -268,7 +385,11 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 			// the round trip of the rollback.
 			if k+1 < sent {
 				cut = true
-				if err := r.rollbackThen(all[k+1].savepoint, c); err != nil {
+				sp, err := r.savepointFor(all[k+1])
+				if err != nil {
+					return 0, false, nil, err
+				}
+				if err := r.rollbackThen(sp, c); err != nil {
 					return 0, false, nil, err
 				}
 			}
@@ -282,7 +403,11 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 		if c.err != nil {
 			// Rolling back to its savepoint undoes the jobs after it.
 			cut = cut || k+1 < sent
-			if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+c.savepoint); err != nil {
+			sp, err := r.savepointFor(c)
+			if err != nil {
+				return 0, false, nil, err
+			}
+			if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
 				return 0, false, nil, fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
 			}
 		}
@@ -366,7 +491,7 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 		if err := r.flushRollback(); err != nil {
 			return 0, err
 		}
-		if !cont {
+		if !cont && all[0].savepoint != "" {
 			if _, err := r.tx.Exec(r.ctx, "SAVEPOINT "+all[0].savepoint); err != nil {
 				return 0, fmt.Errorf("savepoint: %w", err)
 			}
@@ -392,7 +517,7 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 		b.Queue("ROLLBACK TO SAVEPOINT " + rollback)
 	}
 	for k, c := range all {
-		if k > 0 || !cont {
+		if (k > 0 || !cont) && c.savepoint != "" {
 			b.Queue("SAVEPOINT " + c.savepoint)
 		}
 		b.Queue(c.pending.sql, c.pending.args...)
@@ -406,7 +531,7 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 	}
 	sent, failed := 0, false
 	for k, c := range all {
-		if k > 0 || !cont {
+		if (k > 0 || !cont) && c.savepoint != "" {
 			if _, err := br.Exec(); err != nil {
 				br.Close()
 				return sent, fmt.Errorf("savepoint: %w", err)
@@ -435,7 +560,7 @@ type Shapes struct {
 	m  map[string]*shape
 }
 
-type shape struct{ jobs, several, many int }
+type shape struct{ jobs, several, many, failed int }
 
 // shapeMemory bounds what a class remembers: past it, the counts are
 // halved, so a class whose jobs change shape is followed.
@@ -456,7 +581,28 @@ func (s *Shapes) shape(class string) (several, many bool) {
 	return 2*sh.several > sh.jobs, 2*sh.many > sh.jobs
 }
 
-func (s *Shapes) record(class string, statements int) {
+// steadyAfter is how many jobs of a class must have run before it is
+// known to be steady.
+const steadyAfter = 8
+
+// steady reports whether every job of class that ran (at least
+// steadyAfter, within shapeMemory) made one statement (oneStatement), and
+// whether none of them failed after a statement (neverFails): RunClasses
+// sends a job without a savepoint of its own between two such jobs.
+func (s *Shapes) steady(class string) (oneStatement, neverFails bool) {
+	if s == nil || class == "" {
+		return false, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.m[class]
+	if sh == nil || sh.jobs < steadyAfter {
+		return false, false
+	}
+	return sh.several == 0, sh.failed == 0
+}
+
+func (s *Shapes) record(class string, statements int, failed bool) {
 	if s == nil {
 		return
 	}
@@ -477,7 +623,10 @@ func (s *Shapes) record(class string, statements int) {
 	if statements > 2 {
 		sh.many++
 	}
+	if failed {
+		sh.failed++
+	}
 	if sh.jobs >= shapeMemory {
-		sh.jobs, sh.several, sh.many = sh.jobs/2, sh.several/2, sh.many/2
+		sh.jobs, sh.several, sh.many, sh.failed = sh.jobs/2, sh.several/2, sh.many/2, sh.failed/2
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -23,10 +24,39 @@ import (
 // that counts its round trips (the times the client wrote to the server and
 // then waited: every write of pgx's ends with a Sync or a simple query).
 type testBundle struct {
-	db     *pgtest.Database
-	conn   *pgx.Conn
-	writes *atomic.Int64
+	db         *pgtest.Database
+	conn       *pgx.Conn
+	writes     *atomic.Int64
+	savepoints *savepointCounter // SAVEPOINT statements sent on conn
 }
+
+// savepointCounter is a pgx tracer that counts the SAVEPOINT statements a
+// connection sends, alone or in a pipeline.
+type savepointCounter struct{ n atomic.Int64 }
+
+func (s *savepointCounter) count(sql string) {
+	if strings.HasPrefix(sql, "SAVEPOINT ") {
+		s.n.Add(1)
+	}
+}
+
+func (s *savepointCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	s.count(d.SQL)
+	return ctx
+}
+
+func (s *savepointCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (s *savepointCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	for _, q := range d.Batch.QueuedQueries {
+		s.count(q.SQL)
+	}
+	return ctx
+}
+
+func (s *savepointCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (s *savepointCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
@@ -57,10 +87,12 @@ func setupMode(t *testing.T, mode pgx.QueryExecMode) *testBundle {
 		return countingConn{Conn: c, writes: writes}, nil
 	}
 	cfg.DefaultQueryExecMode = mode
+	savepoints := &savepointCounter{}
+	cfg.Tracer = savepoints
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	return &testBundle{db: db, conn: conn, writes: writes}
+	return &testBundle{db: db, conn: conn, writes: writes, savepoints: savepoints}
 }
 
 type countingConn struct {
@@ -678,5 +710,243 @@ func TestACarriedJobAfterACutWhoseCallIsNotSent(t *testing.T) {
 				require.Equal(t, []int{1, counter1, 1, 1, 0}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 3), b.counter(t, 20)})
 			})
 		}
+	}
+}
+
+// steadyShapes is a Shapes that has seen enough jobs of class "one", each
+// of one statement and none failing, to know the class is steady (counters
+// 1000 and up, reset after).
+func (b *testBundle) steadyShapes(t *testing.T) *batch.Shapes {
+	t.Helper()
+	var shapes batch.Shapes
+	var jobs []batch.Job
+	var classes []string
+	for k := range 10 {
+		jobs, classes = append(jobs, bump(1000+k, 1, nil)), append(classes, "one")
+	}
+	n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Shapes: &shapes}, nil)
+	require.NoError(t, err)
+	require.Equal(t, len(jobs), n)
+	require.Equal(t, make([]error, len(jobs)), errs)
+	_, err = b.db.Pool.Exec(context.Background(), "DELETE FROM counters WHERE k >= 1000")
+	require.NoError(t, err)
+	return &shapes
+}
+
+// Jobs of a steady class (one statement each, none failed) share their
+// wave's savepoint: 20 of them are one SAVEPOINT and 20 statements in one
+// round trip, where each job had its own (issue 24); while the classes are
+// not known yet, every job has its own.
+func TestJobsOfASteadyClassShareTheirWavesSavepoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before := b.savepoints.n.Load()
+	shapes := b.steadyShapes(t)
+	require.EqualValues(t, 10, b.savepoints.n.Load()-before, "learning: a savepoint per job")
+	var jobs []batch.Job
+	var classes []string
+	for k := range 20 {
+		jobs, classes = append(jobs, bump(k, 1, nil)), append(classes, "one")
+	}
+	before = b.savepoints.n.Load()
+	n, errs, err, trips := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Shapes: shapes}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+	require.Equal(t, make([]error, 20), errs)
+	require.EqualValues(t, 1, trips)
+	require.EqualValues(t, 1, b.savepoints.n.Load()-before, "one savepoint for the wave")
+	for k := range 20 {
+		require.Equal(t, 1, b.counter(t, k), "counter %d", k)
+	}
+	// A class of one statement of which one job in ten failed keeps a
+	// savepoint per job: a failure rolls back to the job's own, and the
+	// run never restarts for it.
+	jobs, classes = nil, nil
+	for k := range 10 {
+		var fail error
+		if k == 3 {
+			fail = errors.New("boom")
+		}
+		jobs, classes = append(jobs, bump(100+k, 1, fail)), append(classes, "flaky")
+	}
+	_, _, err, _ = b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Shapes: shapes}, nil)
+	require.NoError(t, err)
+	jobs = jobs[:0]
+	for k := range 20 {
+		jobs = append(jobs, bump(200+k, 1, nil))
+	}
+	before = b.savepoints.n.Load()
+	_, _, err, _ = b.runClasses(t, context.Background(), jobs, batch.Classes{Of: append(classes, classes...), Shapes: shapes}, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 20, b.savepoints.n.Load()-before, "a savepoint per job of a class that failed")
+}
+
+// A job of a steady class that takes more statements than its class, or
+// fails, needs a rollback to a savepoint the run left out: the run rolls
+// back to the wave's savepoint and starts the jobs from there again, each
+// under its own. Each job's statements count once, the failed job's not at
+// all, and the jobs before the wave keep theirs.
+func TestASteadyClassJobThatSurprisesRestartsTheJobsFromTheSavepointBefore(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		name       string
+		surprise   batch.Job
+		statements int // counter 10's at the end
+		fails      bool
+	}{
+		{"two statements", bump(10, 2, nil), 2, false},
+		{"three statements", bump(10, 3, nil), 3, false},
+		{"fails after its statement", bump(10, 1, boom), 0, true},
+		{"a statement of its own fails", bumpThenFail(10, 1), 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+				b := setupMode(t, mode)
+				shapes := b.steadyShapes(t)
+				var jobs []batch.Job
+				var classes []string
+				for k := range 20 {
+					job := bump(k, 1, nil)
+					if k == 10 {
+						job = c.surprise
+					}
+					jobs, classes = append(jobs, job), append(classes, "one")
+				}
+				// Waves of 4 (more says yes to 4 jobs, then no once):
+				// jobs 8-11 share job 8's savepoint.
+				jobs, last := lastRuns(jobs)
+				n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Shapes: shapes}, everyFifth())
+				require.NoError(t, err, mode)
+				require.Equal(t, 20, n)
+				require.Equal(t, errs, last, "each job's last run is the one Run reports")
+				for k := range 20 {
+					want := 1
+					if k == 10 {
+						want = c.statements
+					}
+					if k == 10 && c.fails {
+						require.Error(t, errs[k])
+					} else {
+						require.NoError(t, errs[k], "%s job %d", mode, k)
+					}
+					require.Equal(t, want, b.counter(t, k), "%s counter %d", mode, k)
+				}
+			}
+		})
+	}
+}
+
+// lastRuns wraps jobs so that each one's error is written to last[k] when
+// it returns, as the worker's jobs write their results: after Run, last
+// must agree with Run's errors, so no earlier run of a restarted job
+// returned after its last run did.
+func lastRuns(jobs []batch.Job) ([]batch.Job, []error) {
+	last := make([]error, len(jobs))
+	wrapped := make([]batch.Job, len(jobs))
+	for k, job := range jobs {
+		wrapped[k] = func(ctx context.Context, db batch.DB) error {
+			err := job(ctx, db)
+			last[k] = err
+			return err
+		}
+	}
+	return wrapped, last
+}
+
+// everyFifth is a more that says no at every fifth call: Run sends the
+// jobs it has started and asks again.
+func everyFifth() func() bool {
+	asked := 0
+	return func() bool {
+		asked++
+		return asked%5 != 0
+	}
+}
+
+// A restart whose jobs then send nothing (their context is done by then)
+// still rolls back what they did before it: job 1, of a steady class,
+// cancels the jobs' context and then wants a second statement, which is
+// not sent; its failure needs a savepoint the run left out, and the jobs
+// from the wave's start run again and fail at once. Nothing of them
+// stands.
+func TestARestartWhoseJobsSendNothingStillRollsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shapes := b.steadyShapes(t)
+	jobCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cancelling := func(_ context.Context, db batch.DB) error {
+		if err := bump(1, 1, nil)(jobCtx, db); err != nil {
+			return err
+		}
+		cancel()
+		return bump(1, 1, nil)(jobCtx, db)
+	}
+	jobs := []batch.Job{bumpOn(jobCtx, 0, 1), cancelling, bumpOn(jobCtx, 2, 1)}
+	n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: []string{"one", "one", "one"}, Shapes: shapes}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	for k := range 3 {
+		require.ErrorIs(t, errs[k], context.Canceled, "job %d", k)
+		require.Equal(t, 0, b.counter(t, k), "counter %d", k)
+	}
+}
+
+// Random mixes of jobs of a steady class, most of one statement, some
+// taking none, two or three, some failing: every job's statements count
+// once, a failed job's not at all, whatever savepoints the run left out
+// and however often it restarts.
+func TestRandomMixesOfSteadyClassesApplyEveryJobOnce(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setupMode(t, mode)
+			r := rand.New(rand.NewPCG(9, 10))
+			for round := range 60 {
+				shapes := b.steadyShapes(t)
+				_, err := b.db.Pool.Exec(context.Background(), "TRUNCATE counters")
+				require.NoError(t, err)
+				size := 1 + r.IntN(50)
+				counts := make([]int, size)
+				fails := make([]bool, size)
+				var jobs []batch.Job
+				var classes []string
+				for k := range size {
+					counts[k] = 1
+					classes = append(classes, "one")
+					switch r.IntN(12) {
+					case 0:
+						counts[k] = r.IntN(4)
+					case 1:
+						fails[k] = true
+						jobs = append(jobs, bump(k, 1+r.IntN(2), fmt.Errorf("job %d fails", k)))
+						continue
+					case 2:
+						fails[k] = true
+						jobs = append(jobs, bumpThenFail(k, 1))
+						continue
+					}
+					jobs = append(jobs, bump(k, counts[k], nil))
+				}
+				jobs, last := lastRuns(jobs)
+				n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Shapes: shapes}, nil)
+				require.NoError(t, err, "round %d", round)
+				require.Equal(t, size, n)
+				require.Equal(t, errs, last, "round %d: each job's last run is the one Run reports", round)
+				for k := range size {
+					want := counts[k]
+					if fails[k] {
+						want = 0
+						require.Error(t, errs[k], "round %d job %d", round, k)
+					} else {
+						require.NoError(t, errs[k], "round %d job %d", round, k)
+					}
+					require.Equal(t, want, b.counter(t, k), "round %d job %d (%d statements, fails %v)", round, k, counts[k], fails[k])
+				}
+			}
+		})
 	}
 }
