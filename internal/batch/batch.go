@@ -1,6 +1,6 @@
-// Package batch runs several jobs in one PostgreSQL transaction, each under
-// a savepoint of its own, and sends the first statement of many jobs in one
-// round trip. It is what makes the worker's batches cheap where a round trip
+// Package batch runs several jobs in one PostgreSQL transaction, each
+// undone alone when it fails (a savepoint of its own, or a restart; see
+// below), and sends the first statement of many jobs in one round trip. It is what makes the worker's batches cheap where a round trip
 // is expensive (through RDS Proxy about 1 ms): a batch of 50 receipts whose
 // handlers need one statement each costs one round trip, not 100.
 //
@@ -8,7 +8,8 @@
 // as a coroutine (iter.Pull), so every call it makes suspends it and hands
 // the call to Run. Run takes jobs in order into waves: a wave is one
 // pipeline that carries, for every job in it, a SAVEPOINT named after the
-// job's position (r<position>) followed by the job's pending call. The
+// job's position (r<position>; left out for some jobs of steady classes,
+// below) followed by the job's pending call. The
 // replies are handed to the jobs in order. A job that wants a further
 // statement cuts the wave: the jobs after it are rolled back to the
 // savepoint of the first of them and wait for the next wave. Its next
@@ -39,7 +40,9 @@
 // Those jobs' statements run twice, the first time undone, and so they
 // count once: a job's effect is what its last run left, which is why a
 // Job must keep nothing outside the transaction but what its last run
-// leaves.
+// leaves. A job that failed is not started again: it stands failed, its
+// statements undone with the restart (a deadlock or a lock timeout would
+// otherwise be waited for twice).
 //
 // Jobs of a class that usually needs several statements (RunClasses:
 // Shapes learns it from the jobs that ran, say a pre-basil charge.refunded,
@@ -127,7 +130,8 @@ type Classes struct {
 // several (see the package comment). Which jobs end a wave changes only the
 // round trips, never what is applied.
 func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() bool) (int, []error, error) {
-	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs)), classes: c, fewer: c.Shapes != nil}
+	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs)), classes: c, fewer: c.Shapes != nil,
+		failedPos: -1, recorded: make([]bool, len(jobs))}
 	defer func() {
 		for _, c := range r.started {
 			c.stop()
@@ -139,7 +143,12 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 	)
 	size := len(jobs)
 	for {
-		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) < max(1, r.replay) || more == nil || more()) {
+		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) == 0 || more == nil || more()) {
+			if len(r.errs) == r.failedPos {
+				// It failed before the restart: not run again.
+				r.errs = append(r.errs, r.failedErr)
+				continue
+			}
 			c := r.start(jobs[len(r.errs)])
 			if c.done() {
 				r.errs[c.pos] = c.err // no statement ran: nothing to roll back
@@ -225,9 +234,16 @@ type runner struct {
 	// a class (savepoints); true until a rollback needs a savepoint so
 	// left out (restartAt), then every job has its own.
 	fewer bool
-	// replay is how many jobs had been started when the run restarted:
-	// up to there, more is not asked again (it said yes to them).
-	replay int
+	// failedPos is the job whose failure restarted the run (-1: none),
+	// failedErr its error: it is not run again (a job that hit a deadlock or
+	// a lock timeout would wait on the same lock again, with the
+	// transaction's locks held); it stands failed, rolled back with the
+	// restart.
+	failedPos int
+	failedErr error
+	// recorded: the jobs Shapes has counted, by position, so that a job
+	// started again after a restart counts once.
+	recorded []bool
 }
 
 // errRestart: a rollback needed a savepoint that was left out; the run
@@ -256,12 +272,17 @@ func (r *runner) savepoints(wave []*coroutine) {
 	}
 }
 
-// savepointFor is the savepoint to roll back to for the job at pos and
-// those after it: its own, or, when it was left out, errRestart after
-// restartAt.
-func (r *runner) savepointFor(c *coroutine) (string, error) {
+// savepointFor is the savepoint to roll back to for the job c and those
+// after it: its own, or, when it was left out, errRestart after restartAt.
+// failed is c's error when c failed (it is then not run again), nil for a
+// cut.
+func (r *runner) savepointFor(c *coroutine, failed error) (string, error) {
 	if c.savepoint != "" {
 		return c.savepoint, nil
+	}
+	if failed != nil {
+		r.failedPos, r.failedErr = c.pos, failed
+		r.settle(c) // Shapes learns that its class fails
 	}
 	return "", r.restartAt(c.pos)
 }
@@ -288,7 +309,6 @@ func (r *runner) restartAt(pos int) error {
 		}
 	}
 	r.rollback = savepointName(from)
-	r.replay = max(r.replay, len(r.errs))
 	r.errs = r.errs[:from]
 	r.fewer = false
 	return errRestart
@@ -304,7 +324,8 @@ func (r *runner) class(pos int) string {
 
 // settle records what the job made of its class, once it has returned.
 func (r *runner) settle(c *coroutine) {
-	if class := r.class(c.pos); class != "" && c.statements > 0 {
+	if class := r.class(c.pos); class != "" && c.statements > 0 && !r.recorded[c.pos] {
+		r.recorded[c.pos] = true
 		r.classes.Shapes.record(class, c.statements, c.err != nil)
 	}
 }
@@ -326,7 +347,7 @@ func (r *runner) start(job Job) *coroutine {
 // ran after it).
 func (r *runner) finishCarried(c *coroutine) error {
 	if c.err != nil {
-		sp, err := r.savepointFor(c)
+		sp, err := r.savepointFor(c, c.err)
 		if err != nil {
 			return err
 		}
@@ -370,7 +391,7 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 				// wave first undoes the jobs after it (rolling back to the
 				// first one's savepoint), then sends its statement, then
 				// those jobs again; its statements still run together.
-				sp, err := r.savepointFor(all[k+1])
+				sp, err := r.savepointFor(all[k+1], nil)
 				if err != nil {
 					return 0, false, nil, err
 				}
@@ -385,7 +406,7 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 			// the round trip of the rollback.
 			if k+1 < sent {
 				cut = true
-				sp, err := r.savepointFor(all[k+1])
+				sp, err := r.savepointFor(all[k+1], nil)
 				if err != nil {
 					return 0, false, nil, err
 				}
@@ -403,7 +424,7 @@ func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut 
 		if c.err != nil {
 			// Rolling back to its savepoint undoes the jobs after it.
 			cut = cut || k+1 < sent
-			sp, err := r.savepointFor(c)
+			sp, err := r.savepointFor(c, c.err)
 			if err != nil {
 				return 0, false, nil, err
 			}
@@ -438,7 +459,7 @@ func (r *runner) flushRollback() error {
 	}
 	sp := r.rollback
 	r.rollback = ""
-	if _, err := r.tx.Exec(r.ctx, "ROLLBACK TO SAVEPOINT "+sp); err != nil {
+	if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
 		return fmt.Errorf("rolling back the rest of a wave: %w", err)
 	}
 	return nil
@@ -467,9 +488,11 @@ func (r *runner) rollbackThen(sp string, c *coroutine) error {
 // https://www.postgresql.org/docs/15/sql-savepoint.html): the one of the
 // job's latest sending, the one meant. What makes that so: every ROLLBACK
 // TO SAVEPOINT r<p> is sent in the wave that established r<p> (or, for a
-// carried job, in the round trip right after it), before any job after
-// it is sent again with a new r<p>; a statement left inside an older r<p>
-// would otherwise be undone by a rollback meant for a newer one.
+// carried job, in the round trip right after it; for a restart, at the
+// latest savepoint at or before the job that needed one, in the next round
+// trip), before any job at or after p is sent again with a new r<p>; a
+// statement left inside an older r<p> would otherwise be undone by a
+// rollback meant for a newer one.
 // Positions, not waves, name them so that a transaction's savepoint
 // statements are at most one per job position: the worker's connections
 // cache every statement they prepare (pgx's statement cache,

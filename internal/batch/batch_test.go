@@ -789,16 +789,34 @@ func TestJobsOfASteadyClassShareTheirWavesSavepoint(t *testing.T) {
 func TestASteadyClassJobThatSurprisesRestartsTheJobsFromTheSavepointBefore(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
+	// more says no at every fifth call: waves of jobs 0-4, 5-8, 9-12, ...
+	// Job 10 is inside its wave, job 12 the last of it (a job that wants a
+	// second statement there sends it at the head of the next wave).
 	for _, c := range []struct {
 		name       string
-		surprise   batch.Job
-		statements int // counter 10's at the end
+		pos        int
+		surprise   func(k int) batch.Job
+		statements int // the surprising job's counter at the end
 		fails      bool
+		// restarts: the run restarts from job 9 (job 9 runs twice); runs:
+		// how many times the surprising job runs.
+		restarts bool
+		runs     int64
 	}{
-		{"two statements", bump(10, 2, nil), 2, false},
-		{"three statements", bump(10, 3, nil), 3, false},
-		{"fails after its statement", bump(10, 1, boom), 0, true},
-		{"a statement of its own fails", bumpThenFail(10, 1), 0, true},
+		// It cuts its wave: jobs 11 and 12 have no savepoint to roll back
+		// to, and the run restarts from job 9's.
+		{"two statements", 10, func(k int) batch.Job { return bump(k, 2, nil) }, 2, false, true, 2},
+		{"three statements", 10, func(k int) batch.Job { return bump(k, 3, nil) }, 3, false, true, 2},
+		{"a second statement fails", 10, func(k int) batch.Job { return bumpThenFail(k, 1) }, 0, true, true, 2},
+		// It fails with no savepoint of its own: the run restarts from
+		// job 9's, and the job stands failed without running again.
+		{"fails after its statement", 10, func(k int) batch.Job { return bump(k, 1, boom) }, 0, true, true, 1},
+		{"a second statement fails, last of its wave", 12, func(k int) batch.Job { return bumpThenFail(k, 1) }, 0, true, true, 1},
+		// Its second statement heads the next wave, and a third cuts that
+		// wave at job 13, which has its savepoint (the first of the wave):
+		// no restart.
+		{"two statements, last of its wave", 12, func(k int) batch.Job { return bump(k, 2, nil) }, 2, false, false, 1},
+		{"three statements, last of its wave", 12, func(k int) batch.Job { return bump(k, 3, nil) }, 3, false, false, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -809,50 +827,53 @@ func TestASteadyClassJobThatSurprisesRestartsTheJobsFromTheSavepointBefore(t *te
 				var classes []string
 				for k := range 20 {
 					job := bump(k, 1, nil)
-					if k == 10 {
-						job = c.surprise
+					if k == c.pos {
+						job = c.surprise(k)
 					}
 					jobs, classes = append(jobs, job), append(classes, "one")
 				}
-				// Waves of 4 (more says yes to 4 jobs, then no once):
-				// jobs 8-11 share job 8's savepoint.
-				jobs, last := lastRuns(jobs)
+				jobs, last, runs := lastRuns(jobs)
 				n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Shapes: shapes}, everyFifth())
 				require.NoError(t, err, mode)
 				require.Equal(t, 20, n)
 				require.Equal(t, errs, last, "each job's last run is the one Run reports")
 				for k := range 20 {
 					want := 1
-					if k == 10 {
+					if k == c.pos {
 						want = c.statements
 					}
-					if k == 10 && c.fails {
+					if k == c.pos && c.fails {
 						require.Error(t, errs[k])
 					} else {
 						require.NoError(t, errs[k], "%s job %d", mode, k)
 					}
 					require.Equal(t, want, b.counter(t, k), "%s counter %d", mode, k)
 				}
+				require.Equal(t, c.runs, runs[c.pos].Load(), "runs of job %d", c.pos)
+				require.EqualValues(t, 1, runs[8].Load(), "job 8, in the wave before, runs once")
+				require.Equal(t, map[bool]int64{true: 2, false: 1}[c.restarts], runs[9].Load(), "runs of job 9, first of the wave")
 			}
 		})
 	}
 }
 
 // lastRuns wraps jobs so that each one's error is written to last[k] when
-// it returns, as the worker's jobs write their results: after Run, last
-// must agree with Run's errors, so no earlier run of a restarted job
-// returned after its last run did.
-func lastRuns(jobs []batch.Job) ([]batch.Job, []error) {
+// it returns, as the worker's jobs write their results, and its runs are
+// counted in runs[k]: after Run, last must agree with Run's errors, so no
+// earlier run of a restarted job returned after its last run did.
+func lastRuns(jobs []batch.Job) ([]batch.Job, []error, []atomic.Int64) {
 	last := make([]error, len(jobs))
+	runs := make([]atomic.Int64, len(jobs))
 	wrapped := make([]batch.Job, len(jobs))
 	for k, job := range jobs {
 		wrapped[k] = func(ctx context.Context, db batch.DB) error {
+			runs[k].Add(1)
 			err := job(ctx, db)
 			last[k] = err
 			return err
 		}
 	}
-	return wrapped, last
+	return wrapped, last, runs
 }
 
 // everyFifth is a more that says no at every fifth call: Run sends the
@@ -868,9 +889,9 @@ func everyFifth() func() bool {
 // A restart whose jobs then send nothing (their context is done by then)
 // still rolls back what they did before it: job 1, of a steady class,
 // cancels the jobs' context and then wants a second statement, which is
-// not sent; its failure needs a savepoint the run left out, and the jobs
-// from the wave's start run again and fail at once. Nothing of them
-// stands.
+// not sent; its failure needs a savepoint the run left out, so the run
+// restarts from job 0's: job 0 and job 2 run again and fail at once, and
+// job 1 stands failed. Nothing of them stands.
 func TestARestartWhoseJobsSendNothingStillRollsBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -931,7 +952,7 @@ func TestRandomMixesOfSteadyClassesApplyEveryJobOnce(t *testing.T) {
 					}
 					jobs = append(jobs, bump(k, counts[k], nil))
 				}
-				jobs, last := lastRuns(jobs)
+				jobs, last, _ := lastRuns(jobs)
 				n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Shapes: shapes}, nil)
 				require.NoError(t, err, "round %d", round)
 				require.Equal(t, size, n)

@@ -36,13 +36,14 @@ type dbCall struct {
 }
 
 // errAbandoned is what a job's pending call returns when Run gives up on the
-// job (the transaction failed).
-var errAbandoned = errors.New("batch: the transaction failed before this call ran")
+// job: the transaction failed, or the job's statements were rolled back to
+// start it again (restartAt).
+var errAbandoned = errors.New("batch: the transaction failed before this call ran, or the job is started again")
 
 // coroutine is one job in progress.
 type coroutine struct {
 	pos       int    // the job's index in Run's jobs
-	savepoint string // of the wave that sent its first statement
+	savepoint string // its own (r<pos>) when the wave that sent its first statement had one for it, else ""
 	next      func() (*dbCall, bool)
 	stop      func()
 	// pending is the call the job is suspended on; nil once it returned.

@@ -194,15 +194,16 @@ const unplacedLockWait = 100 * time.Millisecond
 // receipt of the batch go in one pipeline (inPipelinedTx, inbox.BeginLockMany;
 // a receipt another worker completed is AlreadyDone; one of the other mode is marked
 // IgnoredOtherMode without its handler); internal/batch runs the handlers,
-// each under a savepoint of its own, sending the first statement of many in
-// one round trip (see its package comment); failures are recorded (a
-// failed handler was rolled back to its savepoint); one statement marks
-// the applied receipts processed; and the commit. No handler is started
+// each undone alone when it fails (under a savepoint of its own, or shared
+// by steady event types, with a restart when one surprises), sending the
+// first statement of many in one round trip (see its package comment);
+// failures are recorded (a failed handler's statements were rolled back);
+// one statement marks the applied receipts processed; and the commit. No handler is started
 // once the transaction has run for StatementTimeout, so one slow receipt
 // cannot hold the rest of the batch's locks for long.
 //
-// A handler that deadlocked was rolled back to its savepoint, which
-// released its locks, so the other transaction can go on; it still waits
+// A handler that deadlocked was rolled back to its savepoint (or to the
+// one before it, with a restart), which released its locks, so the other transaction can go on; it still waits
 // for this batch's other locks, so the receipt is tried again on its own
 // (process) once this batch has committed, without using up an attempt.
 //
