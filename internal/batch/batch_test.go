@@ -541,16 +541,24 @@ func randomMixes(t *testing.T, b *testBundle) {
 		n, errs, err, _ := b.runClasses(t, context.Background(), jobs, classes, nil)
 		require.NoError(t, err, "round %d", round)
 		require.Equal(t, size, n)
-		for k := range size {
-			want := counts[k]
-			if fails[k] {
-				want = 0
-				require.Error(t, errs[k], "round %d job %d", round, k)
-			} else {
-				require.NoError(t, errs[k], "round %d job %d", round, k)
-			}
-			require.Equal(t, want, b.counter(t, k), "round %d job %d (%d statements, fails %v)", round, k, counts[k], fails[k])
+		b.requireEachJobOnce(t, round, errs, counts, fails)
+	}
+}
+
+// requireEachJobOnce checks a random round: job k failed (its counter 0)
+// when fails[k], else it succeeded and its counter is counts[k], its
+// statements each counted once.
+func (b *testBundle) requireEachJobOnce(t *testing.T, round int, errs []error, counts []int, fails []bool) {
+	t.Helper()
+	for k := range counts {
+		want := counts[k]
+		if fails[k] {
+			want = 0
+			require.Error(t, errs[k], "round %d job %d", round, k)
+		} else {
+			require.NoError(t, errs[k], "round %d job %d", round, k)
 		}
+		require.Equal(t, want, b.counter(t, k), "round %d job %d (%d statements, fails %v)", round, k, counts[k], fails[k])
 	}
 }
 
@@ -957,16 +965,7 @@ func TestRandomMixesOfSteadyClassesApplyEveryJobOnce(t *testing.T) {
 				require.NoError(t, err, "round %d", round)
 				require.Equal(t, size, n)
 				require.Equal(t, errs, last, "round %d: each job's last run is the one Run reports", round)
-				for k := range size {
-					want := counts[k]
-					if fails[k] {
-						want = 0
-						require.Error(t, errs[k], "round %d job %d", round, k)
-					} else {
-						require.NoError(t, errs[k], "round %d job %d", round, k)
-					}
-					require.Equal(t, want, b.counter(t, k), "round %d job %d (%d statements, fails %v)", round, k, counts[k], fails[k])
-				}
+				b.requireEachJobOnce(t, round, errs, counts, fails)
 			}
 		})
 	}
