@@ -29,12 +29,18 @@
 // Savepoints only where a rollback may need them (RunClasses, issue 24).
 // A savepoint per job is a statement per job, and its subtransaction: in
 // a drain of jobs of one statement each, half of the statements a batch
-// sends. Once Shapes has seen steadyAfter jobs of a class, all of one
-// statement and none failed, a job of such a class that follows one is
-// sent without a savepoint of its own: nothing ever rolls back to it. The
-// first job of every wave keeps its savepoint. Should a job of a steady
-// class want a second statement after all, or fail, the rollback it needs
-// is to a savepoint left out: the run rolls back to the savepoint before it
+// sends. A job needs its own savepoint only if the job before it may want
+// a further statement (a cut rolls back to the savepoint of the job after
+// the one that cut) or it may fail itself. Once Shapes has seen steadyAfter
+// jobs of a class (at least), it knows whether the class always took one
+// statement and whether it never failed: a job of a class that never
+// failed, after a job of a class that always took one statement, is sent
+// without a savepoint of its own. The first job of every wave keeps its
+// savepoint. Should the job before it want a second statement after all
+// while the wave went on past it, or the job fail, the rollback needed is
+// to a savepoint left out (a job at the end of its wave that wants another
+// statement sends it at the head of the next wave, whose first job has its
+// savepoint: no rollback is needed): the run rolls back to the savepoint before it
 // (in the next round trip), stops the jobs from there and starts them
 // again, each under its own savepoint, for the rest of the run (restartAt).
 // Those jobs' statements run twice, the first time undone, and so they
@@ -94,9 +100,9 @@ type Tx interface {
 	Conn() *pgx.Conn
 }
 
-// Job is one unit of work in a batch. A job that returns an error is rolled
-// back to its savepoint; one that returns nil keeps its statements in the
-// transaction. A job that panics panics Run: recover in the job. A job may
+// Job is one unit of work in a batch. A job that returns an error has its
+// statements rolled back (to its savepoint, or with a restart); one that
+// returns nil keeps its statements in the transaction. A job that panics panics Run: recover in the job. A job may
 // be started more than once in a Run (RunClasses restarts jobs whose
 // statements it rolled back): only its last run's statements stand, so
 // whatever it keeps outside the transaction must be what its last run
@@ -143,9 +149,10 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 	)
 	size := len(jobs)
 	for {
-		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) == 0 || more == nil || more()) {
+		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) == 0 || len(r.errs) == r.failedPos || more == nil || more()) {
 			if len(r.errs) == r.failedPos {
-				// It failed before the restart: not run again.
+				// It failed before the restart: not run again, and
+				// reported failed whatever more says now.
 				r.errs = append(r.errs, r.failedErr)
 				continue
 			}

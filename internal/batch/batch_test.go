@@ -923,6 +923,31 @@ func TestARestartWhoseJobsSendNothingStillRollsBack(t *testing.T) {
 	}
 }
 
+// A job whose failure restarted the run is reported failed even when more
+// says no from its position on: it is not left unreported (and so run again
+// in the caller's next transaction). Jobs 0-4 in one wave, job 2 fails
+// without a savepoint of its own; after the restart more says yes to job 1
+// and no from then on.
+func TestAFailedJobIsReportedWhenMoreSaysNoAfterTheRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shapes := b.steadyShapes(t)
+	boom := errors.New("boom")
+	jobs := []batch.Job{bump(0, 1, nil), bump(1, 1, nil), bump(2, 1, boom), bump(3, 1, nil), bump(4, 1, nil)}
+	asked := 0
+	more := func() bool {
+		asked++
+		return asked <= 5 // jobs 1-4, then job 1 again
+	}
+	n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: []string{"one", "one", "one", "one", "one"}, Shapes: shapes}, more)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "jobs 0 and 1 applied, job 2 failed; 3 and 4 for the next transaction")
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.ErrorIs(t, errs[2], boom)
+	require.Equal(t, []int{1, 1, 0, 0, 0}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2), b.counter(t, 3), b.counter(t, 4)})
+}
+
 // Random mixes of jobs of a steady class, most of one statement, some
 // taking none, two or three, some failing: every job's statements count
 // once, a failed job's not at all, whatever savepoints the run left out

@@ -56,10 +56,11 @@ const (
 )
 
 // processBatch applies several claimed receipts in one transaction, each
-// under its own savepoint, so that they share one commit (one WAL flush)
-// instead of paying one each. Per receipt the rules are those of process:
-// lock the row (waiting), re-check it is unprocessed, apply the handler, mark
-// it processed. A receipt whose handler fails is rolled back to its savepoint
+// undone alone when it fails (internal/batch: its own savepoint, or a
+// restart), so that they share one commit (one WAL flush) instead of paying
+// one each. Per receipt the rules are those of process: lock the row
+// (waiting), re-check it is unprocessed, apply the handler, mark it
+// processed. A receipt whose handler fails has its statements rolled back
 // and its failure is recorded (last_error, backoff) in the same transaction;
 // the others commit together. A crash before the commit loses nothing: the
 // attempts were counted by the claim, and every receipt of the batch comes
