@@ -1,8 +1,9 @@
 // Package batch runs several jobs in one PostgreSQL transaction, each
 // undone alone when it fails (a savepoint of its own, or a restart; see
-// below), and sends the first statement of many jobs in one round trip. It is what makes the worker's batches cheap where a round trip
-// is expensive (through RDS Proxy about 1 ms): a batch of 50 receipts whose
-// handlers need one statement each costs one round trip, not 100.
+// below), and sends the first statement of many jobs in one round trip. It
+// is what makes the worker's batches cheap where a round trip is expensive
+// (through RDS Proxy about 1 ms): a batch of 50 receipts whose handlers
+// need one statement each costs one round trip, not 100.
 //
 // Design. Each job is plain sequential code written against DB; Run runs it
 // as a coroutine (iter.Pull), so every call it makes suspends it and hands
@@ -40,9 +41,10 @@
 // while the wave went on past it, or the job fail, the rollback needed is
 // to a savepoint left out (a job at the end of its wave that wants another
 // statement sends it at the head of the next wave, whose first job has its
-// savepoint: no rollback is needed): the run rolls back to the savepoint before it
-// (in the next round trip), stops the jobs from there and starts them
-// again, each under its own savepoint, for the rest of the run (restartAt).
+// savepoint: no rollback is needed). The run then rolls back to the
+// savepoint before it (in the next round trip), stops the jobs from there
+// and starts them again, each under its own savepoint, for the rest of the
+// run (restartAt).
 // Those jobs' statements run twice, the first time undone, and so they
 // count once: a job's effect is what its last run left, which is why a
 // Job must keep nothing outside the transaction but what its last run
@@ -102,11 +104,12 @@ type Tx interface {
 
 // Job is one unit of work in a batch. A job that returns an error has its
 // statements rolled back (to its savepoint, or with a restart); one that
-// returns nil keeps its statements in the transaction. A job that panics panics Run: recover in the job. A job may
-// be started more than once in a Run (RunClasses restarts jobs whose
-// statements it rolled back): only its last run's statements stand, so
-// whatever it keeps outside the transaction must be what its last run
-// leaves (a result it overwrites, not a count it adds to).
+// returns nil keeps its statements in the transaction. A job that panics
+// panics Run: recover in the job. A job may be started more than once in
+// a Run (RunClasses restarts jobs whose statements it rolled back): only
+// its last run's statements stand, so whatever it keeps outside the
+// transaction must be what its last run leaves (a result it overwrites,
+// not a count it adds to).
 type Job func(ctx context.Context, db DB) error
 
 // Run runs jobs[0], jobs[1], ... in tx, in order, each under a savepoint of
@@ -236,10 +239,10 @@ type runner struct {
 	rollback string
 	errs     []error      // one per job started, in order
 	started  []*coroutine // every job started, stopped when Run returns
-	// fewer: a job whose class is known to take one statement and never
-	// to fail is sent without a savepoint of its own after a job of such
-	// a class (savepoints); true until a rollback needs a savepoint so
-	// left out (restartAt), then every job has its own.
+	// fewer: a job of a class known never to fail, after a job of a class
+	// known to take one statement, is sent without a savepoint of its own
+	// (savepoints); true until a rollback needs a savepoint so left out
+	// (restartAt), then every job has its own.
 	fewer bool
 	// failedPos is the job whose failure restarted the run (-1: none),
 	// failedErr its error: it is not run again (a job that hit a deadlock or
@@ -521,7 +524,7 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 		if err := r.flushRollback(); err != nil {
 			return 0, err
 		}
-		if !cont && all[0].savepoint != "" {
+		if !cont { // a lone Query is the first of its wave: it has its savepoint
 			if _, err := r.tx.Exec(r.ctx, "SAVEPOINT "+all[0].savepoint); err != nil {
 				return 0, fmt.Errorf("savepoint: %w", err)
 			}
