@@ -83,12 +83,12 @@ func against(ctx context.Context, out io.Writer) {
 			for k := range 2 {
 				if (r+k)%2 == 0 {
 					resetBacklog(ctx)
-					d := localDrain(*localBin, *dbURL, d, n)
-					ours, ourCPU = append(ours, d.rate), append(ourCPU, d.cpuPerReceipt)
+					got := localDrain(*localBin, *dbURL, d, n)
+					ours, ourCPU = append(ours, got.rate), append(ourCPU, got.cpuPerReceipt)
 				} else {
 					theirDB.reset(ctx)
-					d := localDrain(*againstLocal, theirDB.url, d, n)
-					theirs, theirCPU = append(theirs, d.rate), append(theirCPU, d.cpuPerReceipt)
+					got := localDrain(*againstLocal, theirDB.url, d, n)
+					theirs, theirCPU = append(theirs, got.rate), append(theirCPU, got.cpuPerReceipt)
 				}
 			}
 		}
