@@ -1,31 +1,54 @@
 // Package batch runs several jobs in one PostgreSQL transaction, each
 // undone alone when it fails (a savepoint of its own, or a restart; see
-// below), and sends the first statement of many jobs in one round trip. It
-// is what makes the worker's batches cheap where a round trip is expensive
+// below), and sends the statements of many jobs in one round trip. It is
+// what makes the worker's batches cheap where a round trip is expensive
 // (through RDS Proxy about 1 ms): a batch of 50 receipts whose handlers
 // need one statement each costs one round trip, not 100.
 //
 // Design. Each job is plain sequential code written against DB; Run runs it
 // as a coroutine (iter.Pull), so every call it makes suspends it and hands
-// the call to Run. Run takes jobs in order into waves: a wave is one
-// pipeline that carries, for every job in it, a SAVEPOINT named after the
-// job's position (r<position>; left out for some jobs of steady classes,
-// below) followed by the job's pending call. The
-// replies are handed to the jobs in order. A job that wants a further
-// statement cuts the wave: the jobs after it are rolled back to the
-// savepoint of the first of them and wait for the next wave. Its next
-// statement heads the next wave, sent after that rollback and before those
-// jobs again (unless it is a Query: then the rollback goes alone, and the
-// Query after it); a job at the head of a wave that wants yet another
-// statement cuts that wave too, and then finishes alone, its next
-// statement in the round trip of the rollback, then one round trip per
-// statement. So a job's statements always run together, directly after
-// its savepoint, and nothing is applied twice. A job that fails is rolled
-// back to its savepoint (with the jobs after it, which go again in the
-// next wave). The wave size halves
-// after a wave that sent jobs again and doubles after a wave without one,
-// so when most jobs need several statements the waves shrink to one job
-// and little is sent twice.
+// the call to Run. Run sends waves: a wave is one pipeline that carries the
+// next statement of every pending job (one that sent statements and wants
+// another), then, for each of the next jobs in order, a SAVEPOINT named
+// after the job's position (r<position>; left out for some jobs of steady
+// classes, below) followed by its first statement. The replies are handed
+// to the jobs in order; a job that wants a further statement is pending,
+// and sends it with the next wave.
+//
+// Keys (RunClasses, issue 24). Jobs of different keys touch different rows
+// (the worker's key is the receipt's invoice), so their statements may
+// interleave: a job's second statement may run after the first statements
+// of the jobs after it. Jobs of one key, or without one (every job of
+// Run), never interleave: every statement of a job runs before any
+// statement of a later job it conflicts with. So a wave takes the next
+// jobs up to the first that conflicts with a job that may want a further
+// statement after the wave (a pending job, or a job of the wave, whose
+// class usually takes more statements than it has sent: Shapes). The
+// statements of pending jobs that run after statements of later jobs take
+// locks out of the jobs' order; with Classes.LockWait they wait for one at
+// most that long (see there). A job
+// that wants a statement more than its class led to expect, when a job
+// after it in the wave conflicts with it, cuts the wave there: the next
+// round trip first rolls back to that job's savepoint, and the jobs from
+// it on are sent again, after the statement. A job that wanted more than
+// two statements blocks the jobs it conflicts with until it is done. The
+// wave size halves after a wave that sent jobs again and doubles after a
+// wave without one. Without keys, a job's statements run together,
+// directly after its savepoint, as before keys: a job of several
+// statements ends the wave it is in, and its second statement heads the
+// next one.
+//
+// Failures. A job that fails in its first wave is rolled back to its
+// savepoint, with the jobs after it in the wave (sent again in the next).
+// A job that fails later, when statements of the jobs after it may have
+// run since its savepoint, stands failed, and the run restarts (restartAt):
+// it rolls back to the latest savepoint at or before the job after which
+// no job before it ran a statement, and runs the jobs from there again
+// (the failed ones are not: a job that hit a deadlock or a lock timeout
+// would wait on the same lock again). Those jobs' statements run twice,
+// the first time undone, and so they count once: a job's effect is what
+// its last run left, which is why a Job must keep nothing outside the
+// transaction but what its last run leaves.
 //
 // Savepoints only where a rollback may need them (RunClasses, issue 24).
 // A savepoint per job is a statement per job, and its subtransaction: in
@@ -38,32 +61,16 @@
 // failed, after a job of a class that always took one statement, is sent
 // without a savepoint of its own. The first job of every wave keeps its
 // savepoint. Should the job before it want a second statement after all
-// while the wave went on past it, or the job fail, the rollback needed is
-// to a savepoint left out (a job at the end of its wave that wants another
-// statement sends it at the head of the next wave, whose first job has its
-// savepoint: no rollback is needed). The run then rolls back to the
-// savepoint before it (in the next round trip), stops the jobs from there
-// and starts them again, each under its own savepoint, for the rest of the
-// run (restartAt).
-// Those jobs' statements run twice, the first time undone, and so they
-// count once: a job's effect is what its last run left, which is why a
-// Job must keep nothing outside the transaction but what its last run
-// leaves. A job that failed is not started again: it stands failed, its
-// statements undone with the restart (a deadlock or a lock timeout would
-// otherwise be waited for twice).
+// and conflict with it, or the job fail, the rollback needed is to a
+// savepoint left out: the run then restarts from the savepoint before it,
+// each job from there under its own savepoint for the rest of the run.
 //
-// Jobs of a class that usually needs several statements (RunClasses:
-// Shapes learns it from the jobs that ran, say a pre-basil charge.refunded,
-// which links its charge to the invoice before it books its refunds) end
-// the wave they are in: the wave is sent up to and with such a job. In a
+// Jobs of a class that usually needs several statements (Shapes learns it
+// from the jobs that ran, say a pre-basil charge.refunded, which links its
+// charge to the invoice before it books its refunds) are known before they
+// run, so no job they conflict with is sent after them in their wave: in a
 // mix where one job in ten is of such a class, cutting the wave at it
-// instead sends most jobs two or three times (issue 24). A job that ends
-// its wave (the last one sent) and wants a second statement sends it at
-// the head of the next wave, before the savepoints and first statements of
-// the jobs after it, so its statements still run together, and a job of
-// two statements costs no round trip of its own; when its class usually
-// wants more than two, it finishes alone instead, one round trip per
-// statement (a third statement wanted at the head of a wave cuts that wave).
+// instead sends most jobs two or three times (issue 24).
 // A call that returns rows (Query) is read while its job runs, so it goes
 // alone. A job's context is honoured on both paths: a call whose context is
 // done is not sent and fails with the context's error; a call that runs
@@ -76,8 +83,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -130,33 +140,46 @@ func Run(ctx context.Context, tx Tx, jobs []Job, more func() bool) (int, []error
 // is the event type) and where the shapes of the classes are learned. The
 // zero value: no classes, nothing learned, every wave as Run sends it.
 type Classes struct {
-	Of     []string
+	Of []string
+	// Keys: jobs[i]'s is Keys[i]. Jobs of different keys touch different
+	// rows, so their statements may interleave; a job without one (""),
+	// or past the end of Keys, interleaves with none.
+	Keys   []string
 	Shapes *Shapes
+	// LockWait, when above 0, bounds the lock waits (lock_timeout, set for
+	// those statements alone) of the statements of pending jobs sent after
+	// statements of jobs after them: the transaction then holds rows of
+	// later keys while it waits for one of an earlier key, out of the order
+	// the jobs are in, and another transaction that takes the same rows in
+	// that order could be waiting for it (a deadlock, which PostgreSQL
+	// breaks only after deadlock_timeout). Such a statement fails with
+	// lock_not_available (SQLSTATE 55P03) instead, and its job with it.
+	LockWait time.Duration
 }
 
 // RunClasses is Run, learning in c.Shapes how many statements the jobs of
-// each class make and ending a wave at a job whose class usually makes
-// several (see the package comment). Which jobs end a wave changes only the
-// round trips, never what is applied.
+// each class make, and letting the statements of jobs of different keys
+// (c.Keys) interleave (see the package comment). Which jobs share a round
+// trip changes only the round trips, never what is applied.
 func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() bool) (int, []error, error) {
 	r := &runner{ctx: ctx, tx: tx, errs: make([]error, 0, len(jobs)), classes: c, fewer: c.Shapes != nil,
-		failedPos: -1, recorded: make([]bool, len(jobs))}
+		failedAt: make([]error, len(jobs)), recorded: make([]bool, len(jobs)), at: make([]*coroutine, len(jobs))}
 	defer func() {
 		for _, c := range r.started {
 			c.stop()
 		}
 	}()
 	var (
-		queue []*coroutine // started jobs waiting on their first statement
-		carry *coroutine   // the last wave's last job, waiting on its second statement
+		queue   []*coroutine // started jobs waiting on their first statement
+		pending []*coroutine // jobs that sent statements and want another, in order
 	)
 	size := len(jobs)
 	for {
-		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) == 0 || len(r.errs) == r.failedPos || more == nil || more()) {
-			if len(r.errs) == r.failedPos {
-				// It failed before the restart: not run again, and
+		for len(queue) < size && len(r.errs) < len(jobs) && (len(r.errs) == 0 || r.failedAt[len(r.errs)] != nil || more == nil || more()) {
+			if err := r.failedAt[len(r.errs)]; err != nil {
+				// It failed before a restart: not run again, and
 				// reported failed whatever more says now.
-				r.errs = append(r.errs, r.failedErr)
+				r.errs = append(r.errs, err)
 				continue
 			}
 			c := r.start(jobs[len(r.errs)])
@@ -166,44 +189,19 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 			}
 			queue = append(queue, c)
 		}
-		var err error
-		if carry != nil {
-			// As for any call: one whose context is done is not sent.
-			carry.skipDone()
-			if carry.done() {
-				err = r.flushRollback()
-				if err == nil {
-					err = r.finishCarried(carry)
-				}
-				carry = nil
-			}
-		}
+		still, err := r.advanceAlone(pending)
 		if err == nil {
-			if len(queue) == 0 && carry == nil {
+			pending = still
+			if len(queue) == 0 && len(pending) == 0 {
 				break
-			}
-			n := 0
-			for n < min(len(queue), size) && queue[n].pending.kind != queryCall {
-				n++
-				if queue[n-1].several {
-					break // its second statement heads the next wave
-				}
-			}
-			wave := queue[:n]
-			switch {
-			case carry == nil:
-				wave = queue[:max(n, 1)] // a Query goes alone
-			case carry.pending.kind == queryCall:
-				wave = nil // a carried job's Query too (after a call skipDone answered)
 			}
 			var (
 				consumed int
 				cut      bool
-				next     *coroutine
 			)
-			consumed, cut, next, err = r.runWave(carry, wave)
+			still, consumed, cut, err = r.runWave(pending, queue, size)
 			if err == nil {
-				queue, carry = queue[consumed:], next
+				pending, queue = still, queue[consumed:]
 				if cut {
 					size = max(1, size/2)
 				} else {
@@ -215,17 +213,34 @@ func RunClasses(ctx context.Context, tx Tx, jobs []Job, c Classes, more func() b
 		if !errors.Is(err, errRestart) {
 			return len(r.errs), r.errs, err
 		}
-		// A rollback needed a savepoint the run left out (fewer): the
-		// jobs from the one before it on run again, each under a
-		// savepoint of its own.
-		queue, carry = nil, nil
+		// A rollback undid the jobs from a savepoint on (restartAt): they
+		// run again; the jobs before it that want a further statement go
+		// on (of the wave's, too: the restart may come from a job after
+		// them in it).
+		queue, pending = nil, r.pendingBefore(len(r.errs))
 	}
 	// A restart whose jobs then sent nothing (their context done) still
 	// undoes what they did before it.
 	if err := r.flushRollback(); err != nil {
 		return len(r.errs), r.errs, err
 	}
+	if p := r.pendingBefore(len(r.errs)); len(p) > 0 {
+		// Never reached: a job left half done must not commit.
+		return len(r.errs), r.errs, fmt.Errorf("batch: job %d still wants a statement at the end of the run", p[0].pos)
+	}
 	return len(r.errs), r.errs, nil
+}
+
+// pendingBefore is the jobs before position end, in order, that sent
+// statements and want another.
+func (r *runner) pendingBefore(end int) []*coroutine {
+	var pending []*coroutine
+	for _, c := range r.at[:end] {
+		if c != nil && !c.done() && c.statements > 0 {
+			pending = append(pending, c)
+		}
+	}
+	return pending
 }
 
 // runner is one Run in progress.
@@ -234,93 +249,146 @@ type runner struct {
 	tx      Tx
 	classes Classes
 	// rollback is a savepoint the next round trip first rolls back to
-	// ("" when none): that of the first of the jobs after a job that cut
-	// its wave and carries its second statement to the next one.
+	// ("" when none): that of the first of the jobs a cut undid, or the
+	// one a restart goes back to.
 	rollback string
 	errs     []error      // one per job started, in order
 	started  []*coroutine // every job started, stopped when Run returns
+	at       []*coroutine // the job at each position, as last started
+	// seq numbers the statements sent (savepoints included), in the order
+	// the server runs them: a rollback to a savepoint undoes every
+	// statement numbered after it (restartAt).
+	seq int
 	// fewer: a job of a class known never to fail, after a job of a class
 	// known to take one statement, is sent without a savepoint of its own
 	// (savepoints); true until a rollback needs a savepoint so left out
 	// (restartAt), then every job has its own.
 	fewer bool
-	// failedPos is the job whose failure restarted the run (-1: none),
-	// failedErr its error: it is not run again (a job that hit a deadlock or
+	// failedAt holds, by position, the error of each job whose failure
+	// restarted the run: it is not run again (a job that hit a deadlock or
 	// a lock timeout would wait on the same lock again, with the
 	// transaction's locks held); it stands failed, rolled back with the
-	// restart.
-	failedPos int
-	failedErr error
+	// restart. So every restart for a failure leaves one job fewer to run,
+	// and a run restarts at most once per job (and once more for a
+	// savepoint left out: then fewer is off).
+	failedAt []error
 	// recorded: the jobs Shapes has counted, by position, so that a job
 	// started again after a restart counts once.
 	recorded []bool
 }
 
-// errRestart: a rollback needed a savepoint that was left out; the run
-// goes on from the job of the savepoint before it (restartAt).
+// errRestart: a rollback undid jobs that had run; the run goes on from
+// the job of the savepoint it rolled back to (restartAt).
 var errRestart = errors.New("batch: restart from an earlier savepoint")
 
-// savepoints decides which jobs of wave are sent after a savepoint of
-// their own. Every job is, unless fewer: then the first of the wave is, and
-// a job after it only when the one before it may want a further statement
-// (its class is not known to take one: a cut rolls back to the savepoint
-// of the job after the one that cut) or it may fail (its class is not
-// known never to: a failure rolls back to the job's own savepoint). A
-// rollback whose savepoint was left out all the same (a job of a class
-// known to take one statement took two, or one known never to fail failed)
-// restarts the run from the savepoint before it (restartAt).
-func (r *runner) savepoints(wave []*coroutine) {
+// savepoints decides which jobs of wave (the jobs whose first statement
+// it sends, after the pending jobs heads) are sent after a savepoint of
+// their own. Every job is, unless fewer: then the first of the wave is,
+// and a job after it only when it is the first after a job it conflicts
+// with that may want a further statement (a pending one, or one of the
+// wave of a class not known to take one statement: a cut rolls back to
+// the savepoint of the first job after it that conflicts with it), or when it
+// may fail (its class is not known never to: a failure rolls back to the
+// job's own savepoint). A rollback whose savepoint was left out all the
+// same (a job of a class known to take one statement took two, or one
+// known never to fail failed) restarts the run from the savepoint before
+// it (restartAt).
+func (r *runner) savepoints(heads, wave []*coroutine) {
+	var may []*coroutine // the jobs before that may want a further statement
+	if r.fewer {
+		may = slices.Clone(heads)
+	}
 	for i, c := range wave {
 		c.savepoint = savepointName(c.pos)
-		if r.fewer && i > 0 {
-			if oneBefore, _ := r.classes.Shapes.steady(r.class(wave[i-1].pos)); oneBefore {
-				if _, neverFails := r.classes.Shapes.steady(r.class(c.pos)); neverFails {
-					c.savepoint = ""
-				}
+		if !r.fewer {
+			continue
+		}
+		// c is the cut's target for the jobs of may it conflicts with.
+		target := false
+		may = slices.DeleteFunc(may, func(b *coroutine) bool {
+			conflict := r.conflict(b, c)
+			target = target || conflict
+			return conflict
+		})
+		if i > 0 && !target {
+			if _, neverFails := r.classes.Shapes.steady(r.class(c.pos)); neverFails {
+				c.savepoint = ""
 			}
+		}
+		if oneStatement, _ := r.classes.Shapes.steady(r.class(c.pos)); !oneStatement {
+			may = append(may, c)
 		}
 	}
 }
 
 // savepointFor is the savepoint to roll back to for the job c and those
-// after it: its own, or, when it was left out, errRestart after restartAt.
-// failed is c's error when c failed (it is then not run again), nil for a
-// cut.
+// after it in its wave: its own, or, when it was left out, errRestart after
+// restartAt. failed is c's error when c failed (it is then not run again),
+// nil for a cut.
 func (r *runner) savepointFor(c *coroutine, failed error) (string, error) {
 	if c.savepoint != "" {
 		return c.savepoint, nil
 	}
 	if failed != nil {
-		r.failedPos, r.failedErr = c.pos, failed
+		r.failedAt[c.pos] = failed
 		r.settle(c) // Shapes learns that its class fails
 	}
+	r.fewer = false
 	return "", r.restartAt(c.pos)
 }
 
-// restartAt rolls back (with the next round trip) to the latest savepoint
-// at or before the job at pos, and starts the jobs from there again, each
-// under a savepoint of its own. What those jobs did is undone with the
-// rollback; their coroutines are stopped first (a job stopped mid-way gets
-// errAbandoned from its call and returns), so nothing of theirs is left
-// to run beside the new ones. Returns errRestart.
+// failInterleaved settles c, a job that failed after a wave past its first
+// (statements of jobs after it may have run since its savepoint): it stands
+// failed, and the run restarts from its savepoint (restartAt), or from an
+// earlier one when the statements of a job before it ran since.
+func (r *runner) failInterleaved(c *coroutine) error {
+	r.failedAt[c.pos] = c.err
+	r.settle(c) // Shapes learns that its class fails
+	return r.restartAt(c.pos)
+}
+
+// restartAt rolls back (with the next round trip) to a savepoint at or
+// before the job at pos, and starts the jobs from there again. The
+// savepoint is the latest one at or before pos after which no job before
+// it ran a statement (a pending job's later statements run after the
+// savepoints of the jobs after it): the rollback undoes only jobs that run
+// again. What those jobs did is undone with the rollback; their coroutines
+// are stopped first (a job stopped mid-way gets errAbandoned from its call
+// and returns), so nothing of theirs is left to run beside the new ones.
+// Returns errRestart.
 func (r *runner) restartAt(pos int) error {
-	from := -1
-	for _, c := range r.started {
-		if c.pos <= pos && c.savepoint != "" {
-			from = max(from, c.pos)
+	from := pos
+	for {
+		sp := -1
+		for p := min(from, len(r.at)-1); p >= 0; p-- {
+			if c := r.at[p]; c != nil && c.savepoint != "" {
+				sp = p
+				break
+			}
 		}
+		if sp < 0 {
+			return fmt.Errorf("batch: no savepoint at or before job %d", pos) // every wave's first job has one
+		}
+		low := sp
+		for _, c := range r.at[:sp] {
+			if c != nil && c.lastSeq > r.at[sp].spSeq {
+				low = min(low, c.pos)
+			}
+		}
+		if low == sp {
+			from = sp
+			break
+		}
+		from = low
 	}
-	if from < 0 {
-		return fmt.Errorf("batch: no savepoint at or before job %d", pos) // every wave's first job has one
-	}
-	for _, c := range r.started {
-		if c.pos >= from {
+	for p := from; p < len(r.at); p++ {
+		if c := r.at[p]; c != nil {
 			c.stop()
+			r.at[p] = nil
 		}
 	}
 	r.rollback = savepointName(from)
 	r.errs = r.errs[:from]
-	r.fewer = false
 	return errRestart
 }
 
@@ -330,6 +398,16 @@ func (r *runner) class(pos int) string {
 		return r.classes.Of[pos]
 	}
 	return ""
+}
+
+// conflict reports whether the statements of a and b must not interleave:
+// they have the same key, or either has none.
+func (r *runner) conflict(a, b *coroutine) bool {
+	if a.pos >= len(r.classes.Keys) || b.pos >= len(r.classes.Keys) {
+		return true
+	}
+	ka, kb := r.classes.Keys[a.pos], r.classes.Keys[b.pos]
+	return ka == "" || kb == "" || ka == kb
 }
 
 // settle records what the job made of its class, once it has returned.
@@ -345,113 +423,178 @@ func (r *runner) settle(c *coroutine) {
 // context's error without being sent.
 func (r *runner) start(job Job) *coroutine {
 	c := startJob(r.ctx, len(r.errs), job)
-	c.several, c.many = r.classes.Shapes.shape(r.class(c.pos))
+	c.expect = r.classes.Shapes.expect(r.class(c.pos))
 	r.errs = append(r.errs, nil)
 	r.started = append(r.started, c)
+	r.at[c.pos] = c
 	c.skipDone()
 	return c
 }
 
-// finishCarried settles a carried job that returned without sending its
-// second statement: rolled back to its savepoint when it failed (nothing
-// ran after it).
-func (r *runner) finishCarried(c *coroutine) error {
-	if c.err != nil {
-		sp, err := r.savepointFor(c, c.err)
-		if err != nil {
-			return err
+// advanceAlone readies the pending jobs for the next wave: a call whose
+// context is done is answered without being sent (skipDone), and a Query
+// runs alone (its rows are read while the job runs). A job that returns
+// is settled; one that failed restarts the run (failInterleaved). It
+// returns the jobs still pending.
+func (r *runner) advanceAlone(pending []*coroutine) ([]*coroutine, error) {
+	still := make([]*coroutine, 0, len(pending))
+	for _, c := range pending {
+		c.skipDone()
+		for !c.done() && c.pending.kind == queryCall {
+			if err := r.flushRollback(); err != nil {
+				return nil, err
+			}
+			c.pending.runOn(r.tx)
+			r.ran(c)
+			c.resume()
+			c.skipDone()
 		}
-		if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
-			return fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
+		if !c.done() {
+			still = append(still, c)
+			continue
 		}
+		if c.err != nil {
+			return nil, r.failInterleaved(c)
+		}
+		r.errs[c.pos] = nil
+		r.settle(c)
 	}
-	r.errs[c.pos] = c.err
-	r.settle(c)
-	return nil
+	return still, nil
 }
 
-// runWave sends the wave, headed by the second statement of head (the last
-// job of the wave before, when it wanted one; nil when none), and hands the
-// replies to its jobs in order. It returns how many jobs of wave it
-// consumed (settled, or carried: the rest wait, their first statement
-// pending, for the next wave), whether the wave was cut short (jobs of it
-// were rolled back, to be sent again), and the job, if any, whose second
-// statement heads the next wave (carry).
-func (r *runner) runWave(head *coroutine, wave []*coroutine) (consumed int, cut bool, carry *coroutine, err error) {
-	r.savepoints(wave)
-	all, off := wave, 0 // off: where wave starts in all
-	if head != nil {
-		all, off = append([]*coroutine{head}, wave...), 1
+// ran records that c's pending call was sent and ran.
+func (r *runner) ran(c *coroutine) {
+	r.seq++
+	c.lastSeq = r.seq
+	c.statements++
+}
+
+// runWave sends one wave: the next statement of each pending job, then the
+// first statement of as many queued jobs as may follow them (up to size,
+// and up to the first that may not interleave with a job that will want a
+// further statement after this wave: see blocks), each after its
+// savepoint (savepoints); and hands the replies to the jobs in order. A job
+// that wants a further statement stays pending; should a job sent after it
+// in the wave conflict with it, the wave is cut there: rolled back (with
+// the next round trip) to that job's savepoint, and the jobs from it on
+// wait for the next wave. A queued job that fails is rolled back to its
+// savepoint, with the jobs after it; a pending job that fails restarts the
+// run (failInterleaved). It returns the jobs pending after the wave, how
+// many queued jobs it consumed (settled or pending), and whether jobs were
+// sent again or not at all (the wave was cut short).
+func (r *runner) runWave(pending, queue []*coroutine, size int) (still []*coroutine, consumed int, cut bool, err error) {
+	var blockers []*coroutine
+	for _, c := range pending {
+		if c.blocks(1) {
+			blockers = append(blockers, c)
+		}
 	}
-	sent, err := r.send(all, head != nil)
+	n := 0
+	for n < min(len(queue), size) {
+		q := queue[n]
+		if q.pending.kind == queryCall {
+			if len(pending) == 0 && n == 0 {
+				n = 1 // a Query goes alone
+			}
+			break
+		}
+		if slices.ContainsFunc(blockers, func(b *coroutine) bool { return r.conflict(b, q) }) {
+			break
+		}
+		n++
+		if q.blocks(1) {
+			blockers = append(blockers, q)
+		}
+	}
+	wave := queue[:n]
+	r.savepoints(pending, wave)
+	heads := len(pending)
+	all := append(slices.Clone(pending), wave...)
+	sent, err := r.send(all, heads, r.outOfOrder(pending))
 	if err != nil {
-		return 0, false, nil, err
+		return nil, 0, false, err
 	}
-	for k, c := range all[:sent] {
+	end := sent // the jobs from end on are sent again (or were not sent)
+	for k := 0; k < end; k++ {
+		c := all[k]
 		c.resume()
 		c.skipDone()
 		if !c.done() {
-			if k+1 == len(all) && sent == len(all) && c.carries() {
-				// The last of the wave wants its second statement: it
-				// heads the next wave, with nothing after it here to undo.
-				return k + 1 - off, cut, c, nil
-			}
-			if k+1 < sent && c.carries() {
-				// It cut the wave and wants its second statement: the next
-				// wave first undoes the jobs after it (rolling back to the
-				// first one's savepoint), then sends its statement, then
-				// those jobs again; its statements still run together.
-				sp, err := r.savepointFor(all[k+1], nil)
-				if err != nil {
-					return 0, false, nil, err
-				}
-				r.rollback = sp
-				for _, d := range all[k+1 : sent] {
-					d.statements = 0 // rolled back: sent again from the start
-				}
-				return k + 1 - off, true, c, nil
-			}
-			// It wants another statement: undo the statements of the jobs
-			// after it, and let it finish alone, its next statement in
-			// the round trip of the rollback.
-			if k+1 < sent {
-				cut = true
-				sp, err := r.savepointFor(all[k+1], nil)
-				if err != nil {
-					return 0, false, nil, err
-				}
-				if err := r.rollbackThen(sp, c); err != nil {
-					return 0, false, nil, err
+			if c.statements >= c.expect {
+				// More than its class led to expect: a second statement
+				// heads the next wave as expected of a class of two; from a
+				// third on, it blocks the jobs it conflicts with until done.
+				c.expect = c.statements + 1
+				if c.statements > 1 {
+					c.expect = math.MaxInt
 				}
 			}
-			for !c.done() {
-				c.pending.runOn(r.tx)
-				c.statements++
-				c.resume()
-				c.skipDone()
+			for j := max(k+1, heads); j < end; j++ {
+				if r.conflict(c, all[j]) {
+					end = j
+					break
+				}
 			}
+			still = append(still, c)
+			continue
 		}
 		if c.err != nil {
+			if k < heads {
+				return nil, 0, false, r.failInterleaved(c)
+			}
 			// Rolling back to its savepoint undoes the jobs after it.
-			cut = cut || k+1 < sent
 			sp, err := r.savepointFor(c, c.err)
 			if err != nil {
-				return 0, false, nil, err
+				return nil, 0, false, err
 			}
 			if _, err := r.tx.Exec(context.WithoutCancel(r.ctx), "ROLLBACK TO SAVEPOINT "+sp); err != nil {
-				return 0, false, nil, fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
+				return nil, 0, false, fmt.Errorf("%w (and rolling back to the savepoint: %v)", c.err, err)
 			}
+			r.errs[c.pos] = c.err
+			r.failedAt[c.pos] = c.err // should a restart go back past it
+			r.settle(c)
+			r.unsend(all[k+1:])
+			return still, k + 1 - heads, true, nil
 		}
-		r.errs[c.pos] = c.err
+		r.errs[c.pos] = nil
 		r.settle(c)
-		if cut {
-			for _, d := range all[k+1 : sent] {
-				d.statements = 0 // rolled back: sent again from the start
-			}
-			return k + 1 - off, true, nil, nil
+	}
+	// Pending jobs a statement that failed before theirs kept from running
+	// (a pending job that swallowed its statement's error) send it again.
+	still = append(still, all[min(end, heads):heads]...)
+	if end < sent {
+		sp, err := r.savepointFor(all[end], nil)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		r.rollback = sp
+	}
+	r.unsend(all[max(end, heads):])
+	return still, max(0, end-heads), end < len(all), nil
+}
+
+// outOfOrder reports whether the statements of the pending jobs run after
+// statements of jobs after them (which stand): then they wait for locks
+// at most Classes.LockWait (see there).
+func (r *runner) outOfOrder(pending []*coroutine) bool {
+	if len(pending) == 0 || r.classes.LockWait <= 0 {
+		return false
+	}
+	for _, c := range r.at[pending[0].pos+1:] {
+		if c != nil && c.statements > 0 {
+			return true
 		}
 	}
-	return sent - off, sent < len(all), nil, nil
+	return false
+}
+
+// unsend resets jobs whose first statement was rolled back (or, after a
+// statement that failed before it in the pipeline, did not run): they wait
+// for the next wave, their first statement pending again.
+func (r *runner) unsend(jobs []*coroutine) {
+	for _, d := range jobs {
+		d.statements, d.savepoint, d.spSeq, d.lastSeq = 0, "", 0, 0
+	}
 }
 
 // aborted reports whether the transaction is in a failed state (a
@@ -460,9 +603,8 @@ func (r *runner) aborted() bool {
 	return r.tx.Conn().PgConn().TxStatus() == 'E'
 }
 
-// flushRollback runs the rollback a carried job left for the next round
-// trip (r.rollback) on its own: the carried job's next call will not be
-// sent with it (it returned, or its call is a Query).
+// flushRollback runs the rollback left for the next round trip
+// (r.rollback) on its own, when no wave will carry it.
 func (r *runner) flushRollback() error {
 	if r.rollback == "" {
 		return nil
@@ -475,20 +617,6 @@ func (r *runner) flushRollback() error {
 	return nil
 }
 
-// rollbackThen rolls back to savepoint sp (the jobs after c in its wave)
-// and sends c's pending call in the same round trip (send, as the head of
-// a wave of its own: alone after the rollback when it is a Query or the
-// transaction is aborted), then resumes c with the reply.
-func (r *runner) rollbackThen(sp string, c *coroutine) error {
-	r.rollback = sp
-	if _, err := r.send([]*coroutine{c}, true); err != nil {
-		return err
-	}
-	c.resume()
-	c.skipDone()
-	return nil
-}
-
 // savepointName is the savepoint of the job at pos, the same in every wave
 // the job is sent in. A job sent again was rolled back to its own
 // savepoint or to an earlier one; a ROLLBACK TO SAVEPOINT always means the
@@ -496,13 +624,11 @@ func (r *runner) rollbackThen(sp string, c *coroutine) error {
 // same name is established again ("the old savepoint is kept, though only
 // the more recent one will be used when rolling back or releasing",
 // https://www.postgresql.org/docs/15/sql-savepoint.html): the one of the
-// job's latest sending, the one meant. What makes that so: every ROLLBACK
-// TO SAVEPOINT r<p> is sent in the wave that established r<p> (or, for a
-// carried job, in the round trip right after it; for a restart, at the
-// latest savepoint at or before the job that needed one, in the next round
-// trip), before any job at or after p is sent again with a new r<p>; a
-// statement left inside an older r<p> would otherwise be undone by a
-// rollback meant for a newer one.
+// job's latest sending, the one meant. What makes that so: a job is sent
+// again only after a rollback to its savepoint or an earlier one (a cut, a
+// failure, a restart), which destroys every savepoint established after
+// that one, and the jobs are first sent in order; so the newest r<p> is
+// the one of the job at p as it last started.
 // Positions, not waves, name them so that a transaction's savepoint
 // statements are at most one per job position: the worker's connections
 // cache every statement they prepare (pgx's statement cache,
@@ -511,26 +637,28 @@ func (r *runner) rollbackThen(sp string, c *coroutine) error {
 // of the cache (issue 24).
 func savepointName(pos int) string { return "r" + strconv.Itoa(pos) }
 
-// send sends, in one round trip, the pending call of each job of all, each
-// after a savepoint of its own but the first when cont (its job's second
-// statement, which follows its first), and stores the replies in the
-// calls. It returns how many of them ran: the statements after one that
-// failed did not (the server skips the rest of the pipeline). A lone Query
-// runs directly after its savepoint, since its rows are read while the job
-// resumes. A rollback a cut left (r.rollback) goes first: in the same round
-// trip, or alone before it for a lone Query or in an aborted transaction.
-func (r *runner) send(all []*coroutine, cont bool) (int, error) {
-	if len(all) == 1 && all[0].pending.kind == queryCall {
+// send sends, in one round trip, the pending call of each job of all: the
+// first heads are pending jobs (their next statement, no savepoint), the
+// others jobs whose first statement this is, each after its savepoint when
+// it has one. It stores the replies in the calls, and returns how many of
+// them ran: the statements after one that failed did not (the server skips
+// the rest of the pipeline). A lone Query runs directly after its
+// savepoint, since its rows are read while the job resumes. A rollback a
+// cut or a restart left (r.rollback) goes first: in the same round trip,
+// or alone before it for a lone Query or in an aborted transaction.
+func (r *runner) send(all []*coroutine, heads int, bounded bool) (int, error) {
+	if heads == 0 && len(all) == 1 && all[0].pending.kind == queryCall {
 		if err := r.flushRollback(); err != nil {
 			return 0, err
 		}
-		if !cont { // a lone Query is the first of its wave: it has its savepoint
-			if _, err := r.tx.Exec(r.ctx, "SAVEPOINT "+all[0].savepoint); err != nil {
-				return 0, fmt.Errorf("savepoint: %w", err)
-			}
+		c := all[0] // the first of its wave: it has its savepoint
+		if _, err := r.tx.Exec(r.ctx, "SAVEPOINT "+c.savepoint); err != nil {
+			return 0, fmt.Errorf("savepoint: %w", err)
 		}
-		all[0].pending.runOn(r.tx)
-		all[0].statements++
+		r.seq++
+		c.spSeq = r.seq
+		c.pending.runOn(r.tx)
+		r.ran(c)
 		return 1, nil
 	}
 	if r.aborted() {
@@ -549,11 +677,21 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 	if rollback != "" {
 		b.Queue("ROLLBACK TO SAVEPOINT " + rollback)
 	}
+	if bounded {
+		b.Queue(saveLockTimeout)
+		b.Queue(setLockTimeout, strconv.FormatInt(r.classes.LockWait.Milliseconds(), 10)+"ms")
+	}
 	for k, c := range all {
-		if (k > 0 || !cont) && c.savepoint != "" {
+		if k == heads && bounded {
+			b.Queue(restoreLockTimeout)
+		}
+		if k >= heads && c.savepoint != "" {
 			b.Queue("SAVEPOINT " + c.savepoint)
 		}
 		b.Queue(c.pending.sql, c.pending.args...)
+	}
+	if heads == len(all) && bounded {
+		b.Queue(restoreLockTimeout)
 	}
 	br := r.tx.SendBatch(r.ctx, b)
 	if rollback != "" {
@@ -562,20 +700,42 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 			return 0, fmt.Errorf("rolling back the rest of a wave: %w", err)
 		}
 	}
+	if bounded {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return 0, fmt.Errorf("bounding the lock waits of a wave: %w", err)
+			}
+		}
+	}
 	sent, failed := 0, false
 	for k, c := range all {
-		if (k > 0 || !cont) && c.savepoint != "" {
+		if k == heads && bounded {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return sent, fmt.Errorf("restoring lock_timeout: %w", err)
+			}
+		}
+		if k >= heads && c.savepoint != "" {
 			if _, err := br.Exec(); err != nil {
 				br.Close()
 				return sent, fmt.Errorf("savepoint: %w", err)
 			}
+			r.seq++
+			c.spSeq = r.seq
 		}
 		c.pending.readFrom(br, r.tx.Conn().TypeMap())
-		c.statements++
+		r.ran(c)
 		sent++
 		if c.pending.err != nil {
 			failed = true
 			break
+		}
+	}
+	if heads == len(all) && bounded && !failed {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return sent, fmt.Errorf("restoring lock_timeout: %w", err)
 		}
 	}
 	if err := br.Close(); err != nil && !failed {
@@ -584,8 +744,26 @@ func (r *runner) send(all []*coroutine, cont bool) (int, error) {
 	return sent, nil
 }
 
-// Shapes learns, per class of job, whether its jobs usually make more than
-// one statement: RunClasses ends a wave at a job of such a class. Several
+// The statements that bound the lock waits of the pending jobs' statements
+// of a wave (Classes.LockWait): the transaction's lock_timeout is kept in
+// a setting of the transaction's own (a custom one: any role may set it),
+// set to the bound for those statements, and set back after them. Should
+// one of them fail, the rollback that undoes its job goes to a savepoint
+// from before the wave, which undoes the settings too (a savepoint "allows
+// all commands that are executed after it was established to be rolled
+// back, restoring the transaction state to what it was at the time of the
+// savepoint", https://www.postgresql.org/docs/15/sql-savepoint.html;
+// TestAnInterleavedStatementWaitsForALockAtMostLockWait checks it).
+const (
+	saveLockTimeout    = "SELECT set_config('inbox_batch.lock_timeout', current_setting('lock_timeout'), true)"
+	setLockTimeout     = "SELECT set_config('lock_timeout', $1, true)"
+	restoreLockTimeout = "SELECT set_config('lock_timeout', current_setting('inbox_batch.lock_timeout'), true)"
+)
+
+// Shapes learns, per class of job, how many statements its jobs usually
+// make (expect) and whether they always made one and never failed
+// (steady): RunClasses sends no job that conflicts with a job of such a
+// class after it in its wave, and leaves out savepoints. Several
 // Runs may share one (the worker's drainers do). A class seen for the
 // first time is taken to make one.
 type Shapes struct {
@@ -599,19 +777,25 @@ type shape struct{ jobs, several, many, failed int }
 // halved, so a class whose jobs change shape is followed.
 const shapeMemory = 1000
 
-// shape reports whether most jobs of class made more than one statement
-// (several), and whether most made more than two (many).
-func (s *Shapes) shape(class string) (several, many bool) {
+// expect is how many statements a job of class is expected to make: 2
+// when most jobs of the class made more than one, 3 when most made more
+// than two, else 1 (a class seen for the first time too).
+func (s *Shapes) expect(class string) int {
 	if s == nil || class == "" {
-		return false, false
+		return 1
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sh := s.m[class]
-	if sh == nil {
-		return false, false
+	switch {
+	case sh == nil:
+		return 1
+	case 2*sh.many > sh.jobs:
+		return 3
+	case 2*sh.several > sh.jobs:
+		return 2
 	}
-	return 2*sh.several > sh.jobs, 2*sh.many > sh.jobs
+	return 1
 }
 
 // steadyAfter is how many jobs of a class must have run before it is

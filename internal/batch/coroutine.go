@@ -52,17 +52,18 @@ type coroutine struct {
 	// statements counts the calls Run has sent for it that stand (not
 	// rolled back with the rest of a wave).
 	statements int
-	// several: its class usually makes more than one statement (Shapes),
-	// so its wave ends with it; many: more than two.
-	several, many bool
+	// expect is how many statements it is expected to make (Shapes.expect,
+	// raised when it wants more than that).
+	expect int
+	// spSeq and lastSeq number its savepoint and its latest statement
+	// among the statements of the run (runner.seq).
+	spSeq, lastSeq int
 }
 
-// carries reports whether the job, which made one statement and wants
-// another, should send it at the head of the next wave: unless its class
-// usually wants a third as well (a job that wants one there cuts the wave
-// it heads), and unless it is a Query (read while the job runs: alone).
-func (c *coroutine) carries() bool {
-	return c.statements == 1 && !c.many && c.pending.kind != queryCall
+// blocks reports whether the job may want a further statement after its
+// next n: until then, no job it conflicts with may be sent.
+func (c *coroutine) blocks(n int) bool {
+	return c.statements+n < c.expect
 }
 
 // startJob runs job until its first call (or its return).

@@ -135,6 +135,29 @@ func invoiceRank(eventType string) int {
 	return 1
 }
 
+// interleaveKey is c's key for internal/batch (Classes.Keys): its invoice
+// when the claim placed it on one (LockKey), else none. The handlers of
+// receipts of different invoices touch different rows (the invoice's row,
+// its payments' links, their refunds and disputes, the ledger entries and
+// anomalies of the invoice; outbox rows are only inserted), so the
+// statements of one may run between those of the other, in one
+// transaction, without either seeing the other half done; receipts of
+// one invoice run one after the other, in lockOrder. A receipt the claim
+// could not place (a charge's or its own id) interleaves with none.
+//
+// Interleaved, a batch may hold an invoice's rows while a statement of an
+// invoice before it in lockOrder waits for a lock: out of the order that
+// keeps batches from waiting for each other. Such a statement waits at most
+// interleavedLockWait; then it fails (lock_not_available), its receipt is
+// rolled back with a restart (internal/batch) and applied again on its own
+// after the batch commits, as a refund that gave up a lock wait is.
+func interleaveKey(c inbox.Claimed) string {
+	if strings.HasPrefix(c.LockKey, "in_") {
+		return c.LockKey
+	}
+	return ""
+}
+
 // refundEvents are the types whose handlers take a charge's or
 // PaymentIntent's payment_links row (internal/handlers: chargeRefunded,
 // refundChanged, disputeChanged) before they know the invoice it belongs to.
@@ -183,6 +206,11 @@ func splitUnplaced(claimed []inbox.Claimed, order []int) (batched, alone []int) 
 // each (issue 24). A wait that is not a cycle is a batch of another
 // drainer holding the row: tens of milliseconds.
 const unplacedLockWait = 100 * time.Millisecond
+
+// interleavedLockWait bounds each lock wait of a statement that a batch
+// sends after statements of receipts of later invoices (see interleaveKey):
+// batch.Classes.LockWait.
+const interleavedLockWait = unplacedLockWait
 
 // batchTx processes claimed[order[0]], claimed[order[1]], ... in one
 // transaction until they are all done or the time budget is spent, commits,
@@ -245,6 +273,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 			doneOutcomes []string
 			jobs         []batch.Job
 			jobClasses   []string // each job's event type: batch learns which take several statements
+			jobKeys      []string // each job's invoice: the statements of jobs of different invoices may interleave
 			jobReceipt   []int    // the receipt (index in claimed) of each job
 			results      = make([]handlers.Result, len(order))
 		)
@@ -264,9 +293,10 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 					return err
 				})
 				jobReceipt, jobClasses = append(jobReceipt, i), append(jobClasses, c.EventType)
+				jobKeys = append(jobKeys, interleaveKey(c))
 			}
 		}
-		n, errs, err := batch.RunClasses(ctx, tx, jobs, batch.Classes{Of: jobClasses, Shapes: &w.shapes},
+		n, errs, err := batch.RunClasses(ctx, tx, jobs, batch.Classes{Of: jobClasses, Keys: jobKeys, Shapes: &w.shapes, LockWait: interleavedLockWait},
 			func() bool { return time.Since(start) < w.cfg.StatementTimeout })
 		rest, ran = jobReceipt[n:], true
 		if err != nil {
@@ -281,7 +311,7 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 			case isDeadlock(errs[k]):
 				w.deadlocks.Add(1)
 				alone = append(alone, i)
-			case lockWait > 0 && isLockTimeout(errs[k]):
+			case isLockTimeout(errs[k]): // lockWait, or interleavedLockWait
 				w.lockWaits.Add(1)
 				alone = append(alone, i)
 			default:

@@ -55,7 +55,8 @@ type Worker struct {
 	// them as a deadlock's victim (Summary.Deadlocks, metric Deadlocks).
 	deadlocks atomic.Int64
 	// lockWaits counts the unplaced refunds that waited for a lock past
-	// unplacedLockWait (see there).
+	// unplacedLockWait, and the receipts whose statement sent after those
+	// of later invoices did past interleavedLockWait (see there).
 	lockWaits atomic.Int64
 	// shapes is what the drainers' batches learned of the event types
 	// whose handlers take several statements (internal/batch).
@@ -113,9 +114,10 @@ type Summary struct {
 	// in one order so that this stays 0 (apply.go, lockOrder).
 	Deadlocks int `json:"deadlocks"`
 	// LockWaits counts the receipts of the run that waited for a lock past
-	// the lock timeout of their transaction (the refunds the claim could
-	// not place, apply.go, unplacedLockWait) and were applied again on
-	// their own: nothing is lost, each cost one transaction.
+	// the lock timeout of their statement (the refunds the claim could not
+	// place, apply.go, unplacedLockWait; a statement a batch sent after
+	// those of later invoices, interleavedLockWait) and were applied again
+	// on their own: nothing is lost, each cost one transaction.
 	LockWaits int `json:"lock_waits"`
 	// UnexpectedAPIVersion counts the receipts claimed for the first time
 	// whose API version is not Config.APIVersion (drift.go).
