@@ -344,6 +344,9 @@ func (r *runner) savepointFor(c *coroutine, failed error) (string, error) {
 func (r *runner) failInterleaved(c *coroutine) error {
 	r.failedAt[c.pos] = c.err
 	r.settle(c) // Shapes learns that its class fails
+	if c.savepoint == "" {
+		r.fewer = false // as savepointFor
+	}
 	return r.restartAt(c.pos)
 }
 
@@ -573,19 +576,26 @@ func (r *runner) runWave(pending, queue []*coroutine, size int) (still []*corout
 	return still, max(0, end-heads), end < len(all), nil
 }
 
-// outOfOrder reports whether the statements of the pending jobs run after
-// statements of jobs after them (which stand): then they wait for locks
-// at most Classes.LockWait (see there).
-func (r *runner) outOfOrder(pending []*coroutine) bool {
+// outOfOrder is how many of the pending jobs (a prefix: they are in
+// order) send their statements after statements of jobs after them that
+// stand: those wait for locks at most Classes.LockWait (see there). A job
+// that failed and was rolled back has no statement that stands.
+func (r *runner) outOfOrder(pending []*coroutine) int {
 	if len(pending) == 0 || r.classes.LockWait <= 0 {
-		return false
+		return 0
 	}
-	for _, c := range r.at[pending[0].pos+1:] {
-		if c != nil && c.statements > 0 {
-			return true
+	last := -1 // the last job whose statements stand
+	for p := len(r.at) - 1; p > pending[0].pos; p-- {
+		if c := r.at[p]; c != nil && c.statements > 0 && (!c.done() || c.err == nil) {
+			last = p
+			break
 		}
 	}
-	return false
+	n := 0
+	for n < len(pending) && pending[n].pos < last {
+		n++
+	}
+	return n
 }
 
 // unsend resets jobs whose first statement was rolled back (or, after a
@@ -639,6 +649,7 @@ func savepointName(pos int) string { return "r" + strconv.Itoa(pos) }
 
 // send sends, in one round trip, the pending call of each job of all: the
 // first heads are pending jobs (their next statement, no savepoint), the
+// first bounded of them with their lock waits bounded (outOfOrder), the
 // others jobs whose first statement this is, each after its savepoint when
 // it has one. It stores the replies in the calls, and returns how many of
 // them ran: the statements after one that failed did not (the server skips
@@ -646,7 +657,7 @@ func savepointName(pos int) string { return "r" + strconv.Itoa(pos) }
 // savepoint, since its rows are read while the job resumes. A rollback a
 // cut or a restart left (r.rollback) goes first: in the same round trip,
 // or alone before it for a lone Query or in an aborted transaction.
-func (r *runner) send(all []*coroutine, heads int, bounded bool) (int, error) {
+func (r *runner) send(all []*coroutine, heads, bounded int) (int, error) {
 	if heads == 0 && len(all) == 1 && all[0].pending.kind == queryCall {
 		if err := r.flushRollback(); err != nil {
 			return 0, err
@@ -677,12 +688,12 @@ func (r *runner) send(all []*coroutine, heads int, bounded bool) (int, error) {
 	if rollback != "" {
 		b.Queue("ROLLBACK TO SAVEPOINT " + rollback)
 	}
-	if bounded {
+	if bounded > 0 {
 		b.Queue(saveLockTimeout)
-		b.Queue(setLockTimeout, strconv.FormatInt(r.classes.LockWait.Milliseconds(), 10)+"ms")
+		b.Queue(setLockTimeout, strconv.FormatInt(max(1, r.classes.LockWait.Milliseconds()), 10)+"ms")
 	}
 	for k, c := range all {
-		if k == heads && bounded {
+		if k == bounded && bounded > 0 {
 			b.Queue(restoreLockTimeout)
 		}
 		if k >= heads && c.savepoint != "" {
@@ -690,7 +701,7 @@ func (r *runner) send(all []*coroutine, heads int, bounded bool) (int, error) {
 		}
 		b.Queue(c.pending.sql, c.pending.args...)
 	}
-	if heads == len(all) && bounded {
+	if bounded == len(all) {
 		b.Queue(restoreLockTimeout)
 	}
 	br := r.tx.SendBatch(r.ctx, b)
@@ -700,7 +711,7 @@ func (r *runner) send(all []*coroutine, heads int, bounded bool) (int, error) {
 			return 0, fmt.Errorf("rolling back the rest of a wave: %w", err)
 		}
 	}
-	if bounded {
+	if bounded > 0 {
 		for range 2 {
 			if _, err := br.Exec(); err != nil {
 				br.Close()
@@ -710,7 +721,7 @@ func (r *runner) send(all []*coroutine, heads int, bounded bool) (int, error) {
 	}
 	sent, failed := 0, false
 	for k, c := range all {
-		if k == heads && bounded {
+		if k == bounded && bounded > 0 {
 			if _, err := br.Exec(); err != nil {
 				br.Close()
 				return sent, fmt.Errorf("restoring lock_timeout: %w", err)
@@ -732,7 +743,7 @@ func (r *runner) send(all []*coroutine, heads int, bounded bool) (int, error) {
 			break
 		}
 	}
-	if heads == len(all) && bounded && !failed {
+	if bounded == len(all) && !failed {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return sent, fmt.Errorf("restoring lock_timeout: %w", err)

@@ -237,6 +237,11 @@ func TestRandomMixesOfKeyedJobsKeepEachKeysOrder(t *testing.T) {
 				if round%2 == 1 {
 					classes.Shapes = &shapes
 				}
+				if round%3 != 1 {
+					// The out-of-order statements' lock waits bounded (no
+					// lock is held: the settings go with them).
+					classes.LockWait = time.Second
+				}
 				for k := range size {
 					if r.IntN(10) > 0 {
 						keys[k] = string(rune('a' + r.IntN(1+size/4)))
@@ -361,7 +366,7 @@ func TestRandomMixesOfKeyedSteadyJobsKeepEachKeysOrder(t *testing.T) {
 			jobs = append(jobs, logged(k, counts[k], nil))
 		}
 		jobs, last, _ := lastRuns(jobs)
-		n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Keys: keys, Shapes: shapes}, nil)
+		n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: classes, Keys: keys, Shapes: shapes, LockWait: time.Second}, nil)
 		require.NoError(t, err, "round %d", round)
 		require.Equal(t, size, n)
 		require.Equal(t, last, errs, "round %d: each job's last run is the one Run reports", round)
@@ -409,8 +414,9 @@ func TestAnInterleavedStatementWaitsForALockAtMostLockWait(t *testing.T) {
 	}
 	tx, err := b.conn.Begin(ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(ctx)                                   //nolint:errcheck // after the commit, a no-op
-	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '5min'") // the transaction's own
+	defer tx.Rollback(ctx) //nolint:errcheck // after the commit, a no-op
+	// The transaction's own lock_timeout.
+	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '5min'")
 	require.NoError(t, err)
 	// Should the bound be missing, the wait ends anyway (statement_timeout,
 	// 57014), and the test fails instead of waiting for its holder.
@@ -459,9 +465,9 @@ func TestTheLockTimeoutIsSetBackAfterTheInterleavedStatements(t *testing.T) {
 	require.NoError(t, err)
 	// Jobs 0 and 1 read after their first statements, which run with job
 	// 2's in one wave; job 2, of job 0's key, is rolled back and sent
-	// again in the next wave, after their reads: they are bounded (job 0's
-	// runs after job 1's first statement; the pending jobs' statements go
-	// together), job 2's, after the setting is set back, is not.
+	// again in the next wave, after their reads. Job 0's read runs after
+	// job 1's first statement: bounded. Job 1's, after nothing of a later
+	// job that stands (job 2's was rolled back): not; nor job 2's.
 	readsFirst := func(ctx context.Context, db batch.DB) error {
 		var v string
 		if err := db.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&v); err != nil {
@@ -474,9 +480,48 @@ func TestTheLockTimeoutIsSetBackAfterTheInterleavedStatements(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	require.Equal(t, make([]error, 3), errs)
-	require.Equal(t, []string{"50ms", "50ms", "5min"}, seen)
+	require.Equal(t, []string{"50ms", "5min", "5min"}, seen)
 	var after string
 	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&after))
 	require.Equal(t, "5min", after)
 	require.NoError(t, tx.Commit(ctx))
+}
+
+// A wave of pending jobs alone, all of them after a later job's statement,
+// sets the lock_timeout back at its end too: job 0's second and third
+// statements each go in such a wave (job 1 finished in the first), and the
+// transaction then reads its own lock_timeout.
+func TestTheLockTimeoutIsSetBackAfterAWaveOfPendingJobsAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var seen []string
+	job0 := func(ctx context.Context, db batch.DB) error {
+		if err := logged(0, 2, nil)(ctx, db); err != nil {
+			return err
+		}
+		var v string
+		if err := db.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&v); err != nil {
+			return err
+		}
+		seen = append(seen, v)
+		return nil
+	}
+	tx, err := b.conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // after the commit, a no-op
+	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '5min'")
+	require.NoError(t, err)
+	before := b.writes.Load()
+	n, errs, err := batch.RunClasses(ctx, tx, []batch.Job{job0, logged(1, 1, nil)}, batch.Classes{Keys: []string{"a", "b"}, LockWait: 50 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, b.writes.Load()-before, "the first wave, then job 0's second and third statements, a wave each")
+	require.Equal(t, 2, n)
+	require.Equal(t, make([]error, 2), errs)
+	require.Equal(t, []string{"50ms"}, seen)
+	var after string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&after))
+	require.Equal(t, "5min", after)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, []int{2, 1}, []int{b.counter(t, 0), b.counter(t, 1)})
 }

@@ -437,8 +437,8 @@ func isDeadlock(err error) bool {
 }
 
 // isLockTimeout reports whether err is PostgreSQL's lock_not_available
-// (SQLSTATE 55P03): the statement waited for a lock longer than the
-// transaction's lock_timeout (batchTx's lockWait).
+// (SQLSTATE 55P03): the statement waited for a lock longer than its
+// lock_timeout (batchTx's lockWait, or interleavedLockWait).
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"

@@ -161,3 +161,14 @@ func lockKeys(cs []inbox.Claimed) []string {
 	}
 	return out
 }
+
+// A receipt's interleave key (internal/batch) is its invoice when the
+// claim placed it on one, else none: receipts the claim could not place
+// interleave with no other.
+func TestInterleaveKeyIsTheInvoiceOrNone(t *testing.T) {
+	for lockKey, want := range map[string]string{"in_1": "in_1", "ch_1": "", "pi_1": "", "re_1": "", "": ""} {
+		if got := interleaveKey(inbox.Claimed{LockKey: lockKey}); got != want {
+			t.Errorf("interleaveKey(LockKey %q) = %q, want %q", lockKey, got, want)
+		}
+	}
+}
