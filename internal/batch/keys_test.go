@@ -175,19 +175,11 @@ func TestAPendingJobThatFailsRunsTheJobsAfterItAgain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			keys := []string{"a", "b", "c"}
-			jobs, last, runs := lastRuns([]batch.Job{c.job, logged(1, 1, nil), logged(2, 2, nil)})
-			n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Keys: keys}, nil)
-			require.NoError(t, err)
-			require.Equal(t, 3, n)
-			require.Error(t, errs[0])
-			require.NoError(t, errs[1])
-			require.NoError(t, errs[2])
-			require.Equal(t, last, errs, "each job's last run is the one reported")
-			require.Equal(t, []int{0, 1, 2}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2)})
-			require.EqualValues(t, 1, runs[0].Load(), "the failed job is not run again")
-			require.EqualValues(t, 2, runs[1].Load(), "rolled back with it, and run again")
-			b.requireKeyOrder(t, 0, keys)
+			runs := b.runKeyed(t, batch.Classes{Keys: []string{"a", "b", "c"}}, []bool{true, false, false},
+				c.job, logged(1, 1, nil), logged(2, 2, nil))
+			require.Equal(t, []int{0, 1, 2}, b.counters(t, 0, 1, 2))
+			require.EqualValues(t, 1, runs[0], "the failed job is not run again")
+			require.EqualValues(t, 2, runs[1], "rolled back with it, and run again")
 		})
 	}
 }
@@ -199,18 +191,10 @@ func TestAPendingJobThatFailsRunsTheJobsAfterItAgain(t *testing.T) {
 func TestARestartGoesBackToTheEarliestJobWhoseStatementsItUndoes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	keys := []string{"a", "b", "c"}
-	jobs, last, runs := lastRuns([]batch.Job{logged(0, 3, nil), loggedThenFail(1, 1), logged(2, 1, nil)})
-	n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Keys: keys}, nil)
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	require.NoError(t, errs[0])
-	require.Error(t, errs[1])
-	require.NoError(t, errs[2])
-	require.Equal(t, last, errs)
-	require.Equal(t, []int{3, 0, 1}, []int{b.counter(t, 0), b.counter(t, 1), b.counter(t, 2)})
-	require.EqualValues(t, 2, runs[0].Load(), "job 0, pending when job 1 failed, ran again")
-	b.requireKeyOrder(t, 0, keys)
+	runs := b.runKeyed(t, batch.Classes{Keys: []string{"a", "b", "c"}}, []bool{false, true, false},
+		logged(0, 3, nil), loggedThenFail(1, 1), logged(2, 1, nil))
+	require.Equal(t, []int{3, 0, 1}, b.counters(t, 0, 1, 2))
+	require.EqualValues(t, 2, runs[0], "job 0, pending when job 1 failed, ran again")
 }
 
 // Random mixes of keyed jobs (a few keys, some jobs without one), of zero
@@ -226,12 +210,9 @@ func TestRandomMixesOfKeyedJobsKeepEachKeysOrder(t *testing.T) {
 			r := rand.New(rand.NewPCG(13, 14))
 			var shapes batch.Shapes
 			for round := range 80 {
-				_, err := b.db.Pool.Exec(context.Background(), "TRUNCATE counters, statement_log")
-				require.NoError(t, err)
+				b.truncate(t)
 				size := 1 + r.IntN(50)
-				counts := make([]int, size)
-				fails := make([]bool, size)
-				keys := make([]string, size)
+				counts, fails, keys := make([]int, size), make([]bool, size), randomKeys(r, size)
 				var jobs []batch.Job
 				classes := batch.Classes{Keys: keys}
 				if round%2 == 1 {
@@ -243,9 +224,6 @@ func TestRandomMixesOfKeyedJobsKeepEachKeysOrder(t *testing.T) {
 					classes.LockWait = time.Second
 				}
 				for k := range size {
-					if r.IntN(10) > 0 {
-						keys[k] = string(rune('a' + r.IntN(1+size/4)))
-					}
 					counts[k] = r.IntN(4)
 					classes.Of = append(classes.Of, strconv.Itoa(counts[k]))
 					if round%4 == 3 {
@@ -289,22 +267,13 @@ func TestARestartKeepsTheJobsBeforeItsSavepointThatWantMore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	shapes := b.steadyShapes(t)
-	keys := []string{"a", "b", "c"}
 	// Job 0 (no class: not steady) wants a second statement; job 1 (no
 	// class) keeps its savepoint; job 2, of the steady class, has none and
 	// fails: the run restarts from job 1's savepoint.
-	jobs, last, runs := lastRuns([]batch.Job{logged(0, 2, nil), logged(1, 1, nil), failing})
-	n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Of: []string{"", "", "one"}, Keys: keys, Shapes: shapes}, nil)
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	require.NoError(t, errs[0])
-	require.NoError(t, errs[1])
-	require.Error(t, errs[2])
-	require.Equal(t, last, errs)
-	require.Equal(t, []int{2, 1}, []int{b.counter(t, 0), b.counter(t, 1)})
-	require.EqualValues(t, []int64{1, 2, 1}, []int64{runs[0].Load(), runs[1].Load(), runs[2].Load()},
-		"job 0 went on; job 1 ran again; job 2 stands failed")
-	b.requireKeyOrder(t, 0, keys)
+	runs := b.runKeyed(t, batch.Classes{Of: []string{"", "", "one"}, Keys: []string{"a", "b", "c"}, Shapes: shapes}, []bool{false, false, true},
+		logged(0, 2, nil), logged(1, 1, nil), failing)
+	require.Equal(t, []int{2, 1}, b.counters(t, 0, 1))
+	require.Equal(t, []int64{1, 2, 1}, runs, "job 0 went on; job 1 ran again; job 2 stands failed")
 }
 
 // A job that failed in its first wave (rolled back to its own savepoint)
@@ -313,19 +282,12 @@ func TestARestartKeepsTheJobsBeforeItsSavepointThatWantMore(t *testing.T) {
 func TestAFailedJobIsNotRunAgainByALaterRestart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	keys := []string{"a", "b", "c"}
 	// Job 0 wants a second statement, which fails in the next wave; job 1
 	// fails in the first.
-	jobs, last, runs := lastRuns([]batch.Job{loggedThenFail(0, 1), failing, logged(2, 1, nil)})
-	n, errs, err, _ := b.runClasses(t, context.Background(), jobs, batch.Classes{Keys: keys}, nil)
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	require.Error(t, errs[0])
-	require.Error(t, errs[1])
-	require.NoError(t, errs[2])
-	require.Equal(t, last, errs)
-	require.Equal(t, []int{0, 1}, []int{b.counter(t, 0), b.counter(t, 2)})
-	require.EqualValues(t, []int64{1, 1, 2}, []int64{runs[0].Load(), runs[1].Load(), runs[2].Load()})
+	runs := b.runKeyed(t, batch.Classes{Keys: []string{"a", "b", "c"}}, []bool{true, true, false},
+		loggedThenFail(0, 1), failing, logged(2, 1, nil))
+	require.Equal(t, []int{0, 1}, b.counters(t, 0, 2))
+	require.Equal(t, []int64{1, 1, 2}, runs)
 }
 
 // Random mixes of keyed jobs of a steady class (so most go without a
@@ -338,18 +300,11 @@ func TestRandomMixesOfKeyedSteadyJobsKeepEachKeysOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	for round := range 60 {
 		shapes := b.steadyShapes(t)
-		_, err := b.db.Pool.Exec(context.Background(), "TRUNCATE counters, statement_log")
-		require.NoError(t, err)
+		b.truncate(t)
 		size := 1 + r.IntN(50)
-		counts := make([]int, size)
-		fails := make([]bool, size)
-		keys := make([]string, size)
-		classes := make([]string, size)
+		counts, fails, keys, classes := make([]int, size), make([]bool, size), randomKeys(r, size), make([]string, size)
 		var jobs []batch.Job
 		for k := range size {
-			if r.IntN(10) > 0 {
-				keys[k] = string(rune('a' + r.IntN(1+size/4)))
-			}
 			counts[k], classes[k] = 1, "one"
 			switch r.IntN(12) {
 			case 0:
@@ -405,19 +360,12 @@ func TestAnInterleavedStatementWaitsForALockAtMostLockWait(t *testing.T) {
 	}
 	var seen []string
 	readsLockTimeout := func(ctx context.Context, db batch.DB) error {
-		var v string
-		if err := db.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&v); err != nil {
+		if err := readLockTimeout(ctx, db, &seen); err != nil {
 			return err
 		}
-		seen = append(seen, v)
 		return logged(1, 1, nil)(ctx, db)
 	}
-	tx, err := b.conn.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // after the commit, a no-op
-	// The transaction's own lock_timeout.
-	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '5min'")
-	require.NoError(t, err)
+	tx := b.beginWithLockTimeout(t)
 	// Should the bound be missing, the wait ends anyway (statement_timeout,
 	// 57014), and the test fails instead of waiting for its holder.
 	_, err = tx.Exec(ctx, "SET LOCAL statement_timeout = '60s'")
@@ -430,9 +378,7 @@ func TestAnInterleavedStatementWaitsForALockAtMostLockWait(t *testing.T) {
 	require.Equal(t, "55P03", pgErr.Code, "lock_not_available, not a wait as long as the transaction's lock_timeout")
 	require.NoError(t, errs[1])
 	require.Equal(t, []string{"5min", "5min"}, seen, "job 1 ran twice (the restart), seeing the transaction's lock_timeout")
-	var after string
-	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&after))
-	require.Equal(t, "5min", after)
+	requireLockTimeout(t, tx, "5min")
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, []int{0, 1}, []int{b.counter(t, 0), b.counter(t, 1)})
 }
@@ -450,30 +396,19 @@ func TestTheLockTimeoutIsSetBackAfterTheInterleavedStatements(t *testing.T) {
 			if err := logged(k, statements, nil)(ctx, db); err != nil {
 				return err
 			}
-			var v string
-			if err := db.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&v); err != nil {
-				return err
-			}
-			seen = append(seen, v)
-			return nil
+			return readLockTimeout(ctx, db, &seen)
 		}
 	}
-	tx, err := b.conn.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // after the commit, a no-op
-	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '5min'")
-	require.NoError(t, err)
+	tx := b.beginWithLockTimeout(t)
 	// Jobs 0 and 1 read after their first statements, which run with job
 	// 2's in one wave; job 2, of job 0's key, is rolled back and sent
 	// again in the next wave, after their reads. Job 0's read runs after
 	// job 1's first statement: bounded. Job 1's, after nothing of a later
 	// job that stands (job 2's was rolled back): not; nor job 2's.
 	readsFirst := func(ctx context.Context, db batch.DB) error {
-		var v string
-		if err := db.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&v); err != nil {
+		if err := readLockTimeout(ctx, db, &seen); err != nil {
 			return err
 		}
-		seen = append(seen, v)
 		return logged(2, 1, nil)(ctx, db)
 	}
 	n, errs, err := batch.RunClasses(ctx, tx, []batch.Job{reads(0, 1), reads(1, 1), readsFirst}, batch.Classes{Keys: []string{"a", "b", "a"}, LockWait: 50 * time.Millisecond}, nil)
@@ -481,9 +416,7 @@ func TestTheLockTimeoutIsSetBackAfterTheInterleavedStatements(t *testing.T) {
 	require.Equal(t, 3, n)
 	require.Equal(t, make([]error, 3), errs)
 	require.Equal(t, []string{"50ms", "5min", "5min"}, seen)
-	var after string
-	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&after))
-	require.Equal(t, "5min", after)
+	requireLockTimeout(t, tx, "5min")
 	require.NoError(t, tx.Commit(ctx))
 }
 
@@ -500,18 +433,9 @@ func TestTheLockTimeoutIsSetBackAfterAWaveOfPendingJobsAlone(t *testing.T) {
 		if err := logged(0, 2, nil)(ctx, db); err != nil {
 			return err
 		}
-		var v string
-		if err := db.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&v); err != nil {
-			return err
-		}
-		seen = append(seen, v)
-		return nil
+		return readLockTimeout(ctx, db, &seen)
 	}
-	tx, err := b.conn.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // after the commit, a no-op
-	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '5min'")
-	require.NoError(t, err)
+	tx := b.beginWithLockTimeout(t)
 	before := b.writes.Load()
 	n, errs, err := batch.RunClasses(ctx, tx, []batch.Job{job0, logged(1, 1, nil)}, batch.Classes{Keys: []string{"a", "b"}, LockWait: 50 * time.Millisecond}, nil)
 	require.NoError(t, err)
@@ -519,9 +443,95 @@ func TestTheLockTimeoutIsSetBackAfterAWaveOfPendingJobsAlone(t *testing.T) {
 	require.Equal(t, 2, n)
 	require.Equal(t, make([]error, 2), errs)
 	require.Equal(t, []string{"50ms"}, seen)
-	var after string
-	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&after))
-	require.Equal(t, "5min", after)
+	requireLockTimeout(t, tx, "5min")
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, []int{2, 1}, []int{b.counter(t, 0), b.counter(t, 1)})
+}
+
+// readLockTimeout appends the transaction's lock_timeout, as a statement
+// of a job reads it, to seen.
+func readLockTimeout(ctx context.Context, db batch.DB, seen *[]string) error {
+	var v string
+	if err := db.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&v); err != nil {
+		return err
+	}
+	*seen = append(*seen, v)
+	return nil
+}
+
+// beginWithLockTimeout begins a transaction on b's connection whose own
+// lock_timeout is 5min (rolled back at the end of the test unless
+// committed).
+func (b *testBundle) beginWithLockTimeout(t *testing.T) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.conn.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // after a commit, a no-op
+	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '5min'")
+	require.NoError(t, err)
+	return tx
+}
+
+// requireLockTimeout checks the lock_timeout tx reads now.
+func requireLockTimeout(t *testing.T, tx pgx.Tx, want string) {
+	t.Helper()
+	var got string
+	require.NoError(t, tx.QueryRow(context.Background(), "SELECT current_setting('lock_timeout')").Scan(&got))
+	require.Equal(t, want, got)
+}
+
+// runKeyed runs jobs in one transaction with RunClasses and checks that
+// every job ran, that the jobs marked in failed failed and the others did
+// not, that each job's last run is the one reported, and each key's order
+// (c.Keys). It returns how many times each job started.
+func (b *testBundle) runKeyed(t *testing.T, c batch.Classes, failed []bool, jobs ...batch.Job) []int64 {
+	t.Helper()
+	jobs, last, runs := lastRuns(jobs)
+	n, errs, err, _ := b.runClasses(t, context.Background(), jobs, c, nil)
+	require.NoError(t, err)
+	require.Equal(t, len(jobs), n)
+	require.Equal(t, last, errs, "each job's last run is the one reported")
+	for k := range jobs {
+		if failed[k] {
+			require.Error(t, errs[k], "job %d", k)
+		} else {
+			require.NoError(t, errs[k], "job %d", k)
+		}
+	}
+	b.requireKeyOrder(t, 0, c.Keys)
+	started := make([]int64, len(runs))
+	for k := range runs {
+		started[k] = runs[k].Load()
+	}
+	return started
+}
+
+// counters is the counters of the jobs ks.
+func (b *testBundle) counters(t *testing.T, ks ...int) []int {
+	t.Helper()
+	var got []int
+	for _, k := range ks {
+		got = append(got, b.counter(t, k))
+	}
+	return got
+}
+
+// randomKeys is the keys of size jobs: one of a few (about one key for
+// four jobs), or, for one job in ten, none.
+func randomKeys(r *rand.Rand, size int) []string {
+	keys := make([]string, size)
+	for k := range keys {
+		if r.IntN(10) > 0 {
+			keys[k] = string(rune('a' + r.IntN(1+size/4)))
+		}
+	}
+	return keys
+}
+
+// truncate empties the counters and the statement log for a new round.
+func (b *testBundle) truncate(t *testing.T) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), "TRUNCATE counters, statement_log")
+	require.NoError(t, err)
 }
