@@ -37,9 +37,11 @@ func TestAnInterleavedReceiptThatWaitsForALockIsAppliedAlone(t *testing.T) {
 	_, err = holder.Exec(ctx, "SELECT 1 FROM refunds WHERE id = 're_1' FOR UPDATE")
 	require.NoError(t, err)
 
-	// A statement timeout far above the lock wait: the receipt applied on
-	// its own waits for the holder, not for a timeout.
-	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, ClaimLimit: 2, StatementTimeout: 30 * time.Second, DeadlineMargin: time.Minute, Lease: 2 * time.Minute})
+	// Both receipts in one batch, whatever batch size the suite runs at
+	// (TestEveryTestAtBatchSizeOne), and a statement timeout far above the
+	// lock wait: the receipt applied on its own waits for the holder, not
+	// for a timeout.
+	w := b.newWorker(t, nil, worker.Config{Concurrency: 1, ClaimLimit: 2, BatchSize: 2, StatementTimeout: 30 * time.Second, DeadlineMargin: time.Minute, Lease: 2 * time.Minute})
 	type result struct {
 		s   worker.Summary
 		err error
