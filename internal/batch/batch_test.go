@@ -509,8 +509,7 @@ func randomMixes(t *testing.T, b *testBundle) {
 	// wave must change nothing of what is applied.
 	var shapes batch.Shapes
 	for round := range 80 {
-		_, err := b.db.Pool.Exec(context.Background(), "TRUNCATE counters")
-		require.NoError(t, err)
+		b.truncate(t)
 		size := 1 + r.IntN(50)
 		counts := make([]int, size)
 		fails := make([]bool, size)
@@ -965,8 +964,7 @@ func TestRandomMixesOfSteadyClassesApplyEveryJobOnce(t *testing.T) {
 			r := rand.New(rand.NewPCG(9, 10))
 			for round := range 60 {
 				shapes := b.steadyShapes(t)
-				_, err := b.db.Pool.Exec(context.Background(), "TRUNCATE counters")
-				require.NoError(t, err)
+				b.truncate(t)
 				size := 1 + r.IntN(50)
 				counts := make([]int, size)
 				fails := make([]bool, size)
