@@ -329,12 +329,7 @@ func (r *runner) savepointFor(c *coroutine, failed error) (string, error) {
 	if c.savepoint != "" {
 		return c.savepoint, nil
 	}
-	if failed != nil {
-		r.failedAt[c.pos] = failed
-		r.settle(c) // Shapes learns that its class fails
-	}
-	r.fewer = false
-	return "", r.restartAt(c.pos)
+	return "", r.restartFor(c, failed)
 }
 
 // failInterleaved settles c, a job that failed after a wave past its first
@@ -342,10 +337,19 @@ func (r *runner) savepointFor(c *coroutine, failed error) (string, error) {
 // failed, and the run restarts from its savepoint (restartAt), or from an
 // earlier one when the statements of a job before it ran since.
 func (r *runner) failInterleaved(c *coroutine) error {
-	r.failedAt[c.pos] = c.err
-	r.settle(c) // Shapes learns that its class fails
+	return r.restartFor(c, c.err)
+}
+
+// restartFor restarts the run for c (restartAt): c stands failed when
+// failed is not nil (not run again; Shapes learns that its class fails),
+// and when c's savepoint was left out, every job from then on has its own.
+func (r *runner) restartFor(c *coroutine, failed error) error {
+	if failed != nil {
+		r.failedAt[c.pos] = failed
+		r.settle(c)
+	}
 	if c.savepoint == "" {
-		r.fewer = false // as savepointFor
+		r.fewer = false
 	}
 	return r.restartAt(c.pos)
 }
