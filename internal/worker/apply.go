@@ -121,7 +121,10 @@ func (w *Worker) processBatch(ctx context.Context, conns connSource, claimed []i
 // payments' links) before the others (payments and refunds take a link
 // first, never the invoice's row after it); then by event id. Every batch
 // so takes an invoice's row, then links, then refunds and ledger rows, and
-// invoices in one order: no two batches can wait for each other.
+// invoices in one order: no two batches can wait for each other. The
+// exception is a statement a batch sends after those of later invoices
+// (their statements interleave: interleaveKey); it waits for a lock at
+// most interleavedLockWait.
 func lockOrder(a, b inbox.Claimed) int {
 	return cmp.Or(cmp.Compare(a.LockKey, b.LockKey),
 		cmp.Compare(invoiceRank(a.EventType), invoiceRank(b.EventType)),
