@@ -80,8 +80,26 @@ type Result struct {
 	Anomaly bool
 }
 
-// Handler applies one event inside tx.
-type Handler func(ctx context.Context, tx DB, ev Event) (Result, error)
+// A Handler reads one event: it decodes the payload and checks its version
+// and contract, without I/O, and returns the Booking that applies it. The
+// worker reads each receipt of a batch before the batch runs the bookings,
+// each on a goroutine of its own (internal/batch): decoding there, on a
+// goroutine's small starting stack, cost the stack growths that
+// encoding/json's recursion needs for every receipt (issue 24).
+type Handler func(ev Event) Booking
+
+// A Booking applies one event, read by its Handler, inside tx. A Handler
+// that could not read its event returns a Booking that returns the error
+// without a statement.
+type Booking func(ctx context.Context, tx DB) (Result, error)
+
+// HandlerFunc is a Handler that reads and applies in one step: a thin
+// event, or a test's handler.
+func HandlerFunc(apply func(ctx context.Context, tx DB, ev Event) (Result, error)) Handler {
+	return func(ev Event) Booking {
+		return func(ctx context.Context, tx DB) (Result, error) { return apply(ctx, tx, ev) }
+	}
+}
 
 // ErrBadPayload means the event's data.object lacks what the handler needs.
 // Retrying cannot help; the receipt uses up its attempts and waits for review.
@@ -115,31 +133,42 @@ func New(o Options) Registry {
 		"charge.dispute.funds_withdrawn":  on(o, disputeChanged),
 		"charge.dispute.funds_reinstated": on(o, disputeChanged),
 		// A thin event (no API version, no data.object): see thin.go.
-		EventGenerationFailureResolved: eventGenerationFailureResolved,
+		EventGenerationFailureResolved: HandlerFunc(eventGenerationFailureResolved),
 	}
 }
 
 // on makes the Handler of an event whose data.object is a T: it decodes the
 // payload once into T, checks the version against o and T's contract (see
-// contract.go), and only then applies.
+// contract.go), and only if both hold does its Booking apply.
 func on[T any, P contracted[T]](o Options, apply func(ctx context.Context, tx DB, ev Event, obj T, m Meta) (Result, error)) Handler {
-	return func(ctx context.Context, tx DB, ev Event) (Result, error) {
+	return func(ev Event) Booking {
 		obj, m, err := decode[T, P](ev)
 		if verr := o.admit(ev, m.APIVersion); verr != nil {
-			return Result{}, verr // the version first: a shape is judged only in a version we admit
+			return failed(verr) // the version first: a shape is judged only in a version we admit
 		}
 		if err != nil {
-			return Result{}, err
+			return failed(err)
 		}
-		return apply(ctx, tx, ev, obj, m)
+		return func(ctx context.Context, tx DB) (Result, error) { return apply(ctx, tx, ev, obj, m) }
 	}
 }
 
-// Apply runs the handler for ev.Type, or reports Ignored when there is none.
-func (r Registry) Apply(ctx context.Context, tx DB, ev Event) (Result, error) {
+// failed is the Booking of an event its Handler could not read.
+func failed(err error) Booking {
+	return func(context.Context, DB) (Result, error) { return Result{}, err }
+}
+
+// Read reads ev with the handler for ev.Type. An event without one gets a
+// Booking that reports Ignored.
+func (r Registry) Read(ev Event) Booking {
 	h, ok := r[ev.Type]
 	if !ok {
-		return Result{Outcome: Ignored}, nil
+		return func(context.Context, DB) (Result, error) { return Result{Outcome: Ignored}, nil }
 	}
-	return h(ctx, tx, ev)
+	return h(ev)
+}
+
+// Apply reads ev and applies it inside tx.
+func (r Registry) Apply(ctx context.Context, tx DB, ev Event) (Result, error) {
+	return r.Read(ev)(ctx, tx)
 }

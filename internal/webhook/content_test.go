@@ -96,12 +96,12 @@ func TestContentJSONBRefusesIsStoredAndProcessedWithTheExactBytes(t *testing.T) 
 			got := map[string][]byte{}
 			reg := handlers.Default()
 			paid := reg["invoice.paid"]
-			reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+			reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 				mu.Lock()
 				got[ev.ID] = ev.Payload
 				mu.Unlock()
-				return paid(ctx, tx, ev)
-			}
+				return paid(ev)(ctx, tx)
+			})
 			cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, BatchSize: batchSize, DeadlineMargin: 6 * time.Second, StatementTimeout: time.Second, Lease: time.Minute}.WithDefaults()
 			require.NoError(t, cfg.Validate())
 			w, err := worker.New(b.db.Pool, reg, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)

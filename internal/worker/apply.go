@@ -7,7 +7,7 @@ package worker
 // waits, unplacedLockWait);
 // batchTx opens its transaction and locks the receipts in one round trip
 // (inbox.BeginLockMany), re-checks them, filters the other mode (books),
-// runs the handlers (applyHandler), records failures (isDeadlock,
+// reads the receipts and runs their bookings (read, book), records failures (isDeadlock,
 // isLockTimeout, describe, backoff), and marks the rest processed and
 // commits in one more (lockedOnce, inbox.MarkManyProcessedCommit,
 // inPipelinedTx); oneByOne is the
@@ -290,9 +290,12 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 				outcomes[i] = IgnoredOtherMode
 				done, doneOutcomes = append(done, c.Key), append(doneOutcomes, string(IgnoredOtherMode))
 			default:
-				k, ev := len(jobs), event(c, l)
+				// Read here, not in the job: batch runs each job on a
+				// goroutine of its own, whose small stack the decode
+				// would grow.
+				k, booking := len(jobs), read(w.handlers, event(c, l))
 				jobs = append(jobs, func(ctx context.Context, db batch.DB) (err error) {
-					results[k], err = applyHandler(ctx, w.handlers, db, ev)
+					results[k], err = book(ctx, booking, db)
 					return err
 				})
 				jobReceipt, jobClasses = append(jobReceipt, i), append(jobClasses, c.EventType)
@@ -396,17 +399,28 @@ func event(c inbox.Claimed, l inbox.Locked) handlers.Event {
 	return handlers.Event{ID: c.EventID, Type: l.EventType, Endpoint: c.Endpoint, Payload: l.Payload, Livemode: l.Livemode, Account: l.Account}
 }
 
-// applyHandler runs the handler for ev. A panic in it is returned as a
+// read reads ev with its handler (decoding, version, contract), and book
+// runs the Booking it returns. A panic in either is returned as a
 // *panicError, so that it fails only this receipt: re-raised, it would end
 // the process (the drainer goroutines are not the Lambda runtime's, which
 // does not recover them) and lose every drainer's work in flight.
-func applyHandler(ctx context.Context, reg handlers.Registry, db handlers.DB, ev handlers.Event) (res handlers.Result, err error) {
+func read(reg handlers.Registry, ev handlers.Event) (b handlers.Booking) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := &panicError{value: p, stack: debug.Stack()}
+			b = func(context.Context, handlers.DB) (handlers.Result, error) { return handlers.Result{}, err }
+		}
+	}()
+	return reg.Read(ev)
+}
+
+func book(ctx context.Context, b handlers.Booking, db handlers.DB) (res handlers.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = handlers.Result{}, &panicError{value: p, stack: debug.Stack()}
 		}
 	}()
-	return reg.Apply(ctx, db, ev)
+	return b(ctx, db)
 }
 
 // panicError is a handler's panic: its value and the stack where it
@@ -617,7 +631,7 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, c inbox.Claimed) (Outcome
 		}
 		return IgnoredOtherMode, false, lat, nil
 	}
-	res, err := applyHandler(ctx, w.handlers, tx, event(c, locked))
+	res, err := book(ctx, read(w.handlers, event(c, locked)), tx)
 	if err != nil {
 		return "", false, 0, err
 	}

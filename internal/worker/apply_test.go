@@ -55,13 +55,13 @@ func TestFailingReceiptInTheMiddleOfABatch(t *testing.T) {
 	b := setup(t)
 	reg := handlers.Default()
 	real := reg["invoice.paid"]
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
-		res, err := real(ctx, tx, ev) // the booking runs, then the receipt fails
+	reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		res, err := real(ev)(ctx, tx) // the booking runs, then the receipt fails
 		if err == nil && ev.ID == "evt_3" {
 			return res, errors.New("boom")
 		}
 		return res, err
-	}
+	})
 	for i := 1; i <= 5; i++ {
 		b.receive(t, paid(fmt.Sprintf("evt_%d", i), fmt.Sprintf("in_%d", i)))
 	}
@@ -189,10 +189,10 @@ func waveRegistry(t *testing.T) handlers.Registry {
 		_, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Test', $1, 'note', '{}')", id)
 		return err
 	}
-	reg["test.note"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg["test.note"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		return handlers.Result{Outcome: handlers.Applied}, note(ctx, tx, ev.ID)
-	}
-	reg["test.multi"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	})
+	reg["test.multi"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		if _, err := tx.Exec(ctx, "INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ($1, 'a', 1, $1)", ev.ID); err != nil {
 			return handlers.Result{}, err
 		}
@@ -206,19 +206,19 @@ func waveRegistry(t *testing.T) handlers.Registry {
 		}
 		_, err = tx.Exec(ctx, "INSERT INTO ledger_entries (invoice_id, kind, amount, event_id) VALUES ($1, 'b', 1, $1)", ev.ID)
 		return handlers.Result{Outcome: handlers.Applied}, err
-	}
-	reg["test.late_failure"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	})
+	reg["test.late_failure"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		if err := note(ctx, tx, ev.ID); err != nil {
 			return handlers.Result{}, err
 		}
 		_, err := tx.Exec(ctx, "INSERT INTO invoices (id, status) VALUES ($1, 'paid')", ev.ID) // customer_id is NOT NULL
 		return handlers.Result{Outcome: handlers.Applied}, err
-	}
-	reg["test.early_failure"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	})
+	reg["test.early_failure"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		_, err := tx.Exec(ctx, "INSERT INTO invoices (id, status) VALUES ($1, 'paid')", ev.ID)
 		return handlers.Result{Outcome: handlers.Applied}, err
-	}
-	reg["test.rows"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	})
+	reg["test.rows"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		rows, err := tx.Query(ctx, "SELECT aggregate_id FROM outbox WHERE aggregate_id < $1 ORDER BY 1", ev.ID)
 		if err != nil {
 			return handlers.Result{}, err
@@ -238,7 +238,7 @@ func waveRegistry(t *testing.T) handlers.Registry {
 			return handlers.Result{}, fmt.Errorf("notes before it: %v", before)
 		}
 		return handlers.Result{Outcome: handlers.Applied}, note(ctx, tx, ev.ID)
-	}
+	})
 	return reg
 }
 
@@ -308,7 +308,7 @@ func TestDeadlockedReceiptIsRetriedOnce(t *testing.T) {
 	var runs atomic.Int32
 	holdsX := make(chan struct{})
 	reg := waveRegistry(t)
-	reg["test.deadlock"] = func(ctx context.Context, db handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg["test.deadlock"] = handlers.HandlerFunc(func(ctx context.Context, db handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		if _, err := db.Exec(ctx, "SELECT 1 FROM invoices WHERE id = 'in_x' FOR UPDATE"); err != nil {
 			return handlers.Result{}, err
 		}
@@ -325,7 +325,7 @@ func TestDeadlockedReceiptIsRetriedOnce(t *testing.T) {
 		}
 		_, err := db.Exec(ctx, "SELECT 1 FROM invoices WHERE id = 'in_y' FOR UPDATE")
 		return handlers.Result{Outcome: handlers.Applied}, err
-	}
+	})
 	otherDone := make(chan error, 1)
 	go func() {
 		<-holdsX

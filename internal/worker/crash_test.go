@@ -47,14 +47,14 @@ func crashChild(url string) {
 	reg := handlers.Default()
 	real := reg["invoice.paid"]
 	hangOn := os.Getenv(crashChildHangOnEnv)
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
-		res, err := real(ctx, tx, ev)
+	reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		res, err := real(ev)(ctx, tx)
 		if hangOn != "" && ev.ID != hangOn {
 			return res, err
 		}
 		fmt.Println("APPLIED", ev.ID, err)
 		select {} // the middle of processing: effect applied, nothing committed
-	}
+	})
 	batch, _ := strconv.Atoi(os.Getenv(crashChildBatchEnv))
 	// The lease is a minute (the parent processes 2 minutes later), so a
 	// claim of up to 6 receipts at 10s each fits in it, as New checks.

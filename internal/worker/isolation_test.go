@@ -27,6 +27,8 @@ import (
 //   - test.panic writes a note, then panics;
 //   - test.panic_first panics before any statement;
 //   - test.panic_rows panics with the rows of a query still open;
+//   - test.panic_reading panics while it reads the event, before it returns
+//     its Booking (the worker reads outside the batch's jobs);
 //   - test.unpreparable's first statement fails when it is prepared (before
 //     it runs);
 //   - test.unencodable's first statement has an argument that cannot be
@@ -41,23 +43,23 @@ func misbehavingRegistry(t *testing.T) handlers.Registry {
 		return err
 	}
 	then := func(second func(ctx context.Context, tx handlers.DB, ev handlers.Event) error) handlers.Handler {
-		return func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		return handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 			if err := note(ctx, tx, ev.ID); err != nil {
 				return handlers.Result{}, err
 			}
 			return handlers.Result{Outcome: handlers.Applied}, second(ctx, tx, ev)
-		}
+		})
 	}
 	// As a handler's first statement, sent in a wave with the other
 	// receipts' first statements: the whole wave fails.
-	reg["test.unpreparable"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg["test.unpreparable"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		_, err := tx.Exec(ctx, "UPDATE outbox SET no_such_column = 1 WHERE aggregate_id = $1", ev.ID)
 		return handlers.Result{Outcome: handlers.Applied}, err
-	}
-	reg["test.unencodable"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	})
+	reg["test.unencodable"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		_, err := tx.Exec(ctx, "UPDATE outbox SET event_type = $2 WHERE aggregate_id = $1", ev.ID, make(chan int))
 		return handlers.Result{Outcome: handlers.Applied}, err
-	}
+	})
 	reg["test.swallow"] = then(func(ctx context.Context, tx handlers.DB, ev handlers.Event) error {
 		_, _ = tx.Exec(ctx, "INSERT INTO invoices (id, status) VALUES ($1, 'paid')", ev.ID) // customer_id is NOT NULL
 		return nil
@@ -66,24 +68,27 @@ func misbehavingRegistry(t *testing.T) handlers.Registry {
 		_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
 		return err
 	})
-	reg["test.panic"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg["test.panic"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		if _, err := tx.Exec(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Test', $1, 'note', '{}')", ev.ID); err != nil {
 			return handlers.Result{}, err
 		}
 		var m map[string]int
 		m[ev.ID]++ //nolint:staticcheck // SA5000: a nil map, the handler bug under test
 		return handlers.Result{Outcome: handlers.Applied}, nil
-	}
-	reg["test.panic_first"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	})
+	reg["test.panic_first"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		panic(fmt.Sprintf("cannot handle %s", ev.ID))
-	}
-	reg["test.panic_rows"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	})
+	reg["test.panic_rows"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		rows, err := tx.Query(ctx, "SELECT aggregate_id FROM outbox")
 		if err != nil {
 			return handlers.Result{}, err
 		}
 		_ = rows
 		panic("left its rows open") // the connection is busy until they are read
+	})
+	reg["test.panic_reading"] = func(ev handlers.Event) handlers.Booking {
+		panic(fmt.Sprintf("cannot read %s", ev.ID))
 	}
 	return reg
 }
@@ -117,7 +122,7 @@ func (b *testBundle) requireOnlyE2Failed(t *testing.T, s worker.Summary, lastErr
 }
 
 // TestHandlerPanicFailsOnlyItsReceipt: a handler that panics (after a
-// statement, or before any) does not end the process; the panic is that
+// statement, before any, or while it reads the event) does not end the process; the panic is that
 // receipt's failure, with its value and the stack of the handler in
 // last_error, and the batch goes on.
 func TestHandlerPanicFailsOnlyItsReceipt(t *testing.T) {
@@ -125,6 +130,7 @@ func TestHandlerPanicFailsOnlyItsReceipt(t *testing.T) {
 		{"test.panic", "panic: assignment to entry in nil map%misbehavingRegistry.%isolation_test.go:%"},
 		{"test.panic_first", "panic: cannot handle e2%misbehavingRegistry.%isolation_test.go:%"},
 		{"test.panic_rows", "panic: left its rows open%misbehavingRegistry.%isolation_test.go:%"},
+		{"test.panic_reading", "panic: cannot read e2%misbehavingRegistry.%isolation_test.go:%"},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			t.Parallel()
@@ -243,15 +249,15 @@ func TestBatchSplitPastTheMarginGivesTheRestBack(t *testing.T) {
 	// The batch's first receipt (in_sa) returns once the margin has come
 	// and the statement timeout has passed since it started, so the
 	// transaction takes no other receipt and commits.
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		if ev.ID == "evt_s1" {
 			started := time.Now()
 			for time.Now().Before(stopAt) || time.Since(started) < statementTimeout {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		return real(ctx, tx, ev)
-	}
+		return real(ev)(ctx, tx)
+	})
 	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 5, BatchSize: 5, StatementTimeout: statementTimeout, DeadlineMargin: margin})
 	dctx, cancel := context.WithDeadline(ctx, stopAt.Add(margin))
 	defer cancel()
@@ -351,7 +357,7 @@ func TestMetricsSurviveADrainersClaimError(t *testing.T) {
 			reg := handlers.Default()
 			real := reg["invoice.paid"]
 			var once sync.Once
-			reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+			reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 				var err error
 				once.Do(func() {
 					go func() {
@@ -365,8 +371,8 @@ func TestMetricsSurviveADrainersClaimError(t *testing.T) {
 				if err != nil {
 					return handlers.Result{}, err
 				}
-				return real(ctx, tx, ev)
-			}
+				return real(ev)(ctx, tx)
+			})
 			w := b.newWorker(t, reg, worker.Config{Concurrency: 1, ClaimLimit: 1})
 			s, err := w.Run(ctx)
 			require.NoError(t, err, "the first claim worked: a failed claim is counted, not the run's error")

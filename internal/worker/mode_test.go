@@ -73,12 +73,12 @@ func TestHandlersReceiveLivemodeAndAccount(t *testing.T) {
 		mu  sync.Mutex
 		got []handlers.Event
 	)
-	reg := handlers.Registry{"invoice.paid": func(_ context.Context, _ handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg := handlers.Registry{"invoice.paid": handlers.HandlerFunc(func(_ context.Context, _ handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, handlers.Event{ID: ev.ID, Livemode: ev.Livemode, Account: ev.Account})
 		return handlers.Result{Outcome: handlers.Applied}, nil
-	}}
+	})}
 	b.receive(t, live("evt_connect", "invoice.paid", stripetest.Invoice("in_1", "cus_1", "paid", 1)))
 	b.receive(t, stripetest.EventWith("evt_platform", "invoice.paid", stripetest.Meta{Livemode: true}, stripetest.Invoice("in_2", "cus_1", "paid", 1)))
 	b.run(t, b.newWorker(t, reg, worker.Config{Mode: worker.ModeLive, Concurrency: 1}))

@@ -40,9 +40,9 @@ func TestTwoDrainersDoNotApplyOneInvoiceAtOnce(t *testing.T) {
 	reg := handlers.Default()
 	for _, typ := range []string{"invoice.created", "invoice.paid"} {
 		real := reg[typ]
-		reg[typ] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		reg[typ] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 			if ev.ID != "evt_k1" && ev.ID != "evt_k2" {
-				return real(ctx, tx, ev)
+				return real(ev)(ctx, tx)
 			}
 			mu.Lock()
 			inK++
@@ -70,8 +70,8 @@ func TestTwoDrainersDoNotApplyOneInvoiceAtOnce(t *testing.T) {
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
-			return real(ctx, tx, ev)
-		}
+			return real(ev)(ctx, tx)
+		})
 	}
 	w := b.newWorker(t, reg, worker.Config{Concurrency: 2, ClaimLimit: 2})
 	s, err := w.Run(context.Background())

@@ -216,13 +216,13 @@ func TestResidentWorkerStopsAtTheMarginAndGivesBackUnstartedClaims(t *testing.T)
 	real := reg["invoice.paid"]
 	// The first receipt's handler returns only once the margin is reached
 	// (the state under test), with the other two claimed and not started.
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		d, _ := ctx.Deadline()
 		for time.Now().Before(d.Add(-margin)) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		return real(ctx, tx, ev)
-	}
+		return real(ev)(ctx, tx)
+	})
 	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: 1, ClaimLimit: 3, BatchSize: 1, StatementTimeout: time.Second,
 		DeadlineMargin: margin, Lease: time.Minute, PollInterval: 10 * time.Millisecond}.WithDefaults()
 	require.NoError(t, cfg.Validate())

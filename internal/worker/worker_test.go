@@ -218,9 +218,9 @@ func TestFailureIsRecordedAndRetried(t *testing.T) {
 	var calls atomic.Int32
 	reg := handlers.Default()
 	real := reg["invoice.paid"]
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+	reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
 		// The business update runs, then fails: it must roll back.
-		res, err := real(ctx, tx, ev)
+		res, err := real(ev)(ctx, tx)
 		if err != nil {
 			return res, err
 		}
@@ -228,7 +228,7 @@ func TestFailureIsRecordedAndRetried(t *testing.T) {
 			return handlers.Result{}, errors.New("ledger service exploded")
 		}
 		return res, nil
-	}
+	})
 	t0 := future()
 	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, BackoffBase: 10 * time.Second, BackoffCap: time.Minute})
 	w.Now = at(t0)
@@ -407,11 +407,11 @@ func TestSecondWorkerWaitsForTheRowLockThenSeesItDone(t *testing.T) {
 	reg := handlers.Default()
 	real := reg["invoice.paid"]
 	var once sync.Once
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
-		res, err := real(ctx, tx, ev)
+	reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		res, err := real(ev)(ctx, tx)
 		once.Do(func() { close(reached); <-release })
 		return res, err
-	}
+	})
 	claimed, err := inbox.Claim(context.Background(), b.pool, inbox.ClaimParams{MaxAttempts: 10, Limit: 1, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
@@ -445,15 +445,15 @@ func TestStatementTimeoutIsRecordedAndRowStaysUnprocessed(t *testing.T) {
 	ctx := context.Background()
 	reg := handlers.Default()
 	real := reg["invoice.paid"]
-	reg["invoice.paid"] = func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
-		res, err := real(ctx, tx, ev)
+	reg["invoice.paid"] = handlers.HandlerFunc(func(ctx context.Context, tx handlers.DB, ev handlers.Event) (handlers.Result, error) {
+		res, err := real(ev)(ctx, tx)
 		if err != nil {
 			return res, err
 		}
 		// Business work slower than the statement timeout.
 		_, err = tx.Exec(ctx, "SELECT pg_sleep(5)")
 		return res, err
-	}
+	})
 	w := b.newWorker(t, reg, worker.Config{Concurrency: 1, StatementTimeout: 200 * time.Millisecond, DeadlineMargin: time.Second, Lease: 12 * time.Second})
 	s := b.run(t, w)
 	require.Equal(t, 1, s.Failed)
