@@ -376,9 +376,11 @@ func (o Options) invoicePaid(ctx context.Context, tx DB, ev Event, inv invoice, 
 func (o Options) payInvoiceFrom(ctx context.Context, tx DB, ev Event, inv invoice, m Meta, from []string) (string, error) {
 	viaStripe, outside := inv.split()
 	payload := func(amount int64) string {
-		b, _ := json.Marshal(map[string]any{
-			"invoice_id": inv.ID.V, "customer_id": inv.customer(), "amount": amount, "currency": inv.Currency.V, "event_id": ev.ID,
-			"account": account(ev),
+		// A struct, not a map: the same JSON (the column is jsonb) without
+		// a map to build and sort for every invoice.paid.
+		b, _ := json.Marshal(invoicePaidPayload{
+			InvoiceID: inv.ID.V, CustomerID: inv.customer(), Amount: amount, Currency: inv.Currency.V, EventID: ev.ID,
+			Account: account(ev),
 		})
 		return string(b)
 	}
@@ -399,6 +401,17 @@ func (o Options) payInvoiceFrom(ctx context.Context, tx DB, ev Event, inv invoic
 		}
 	}
 	return finalStatus(ctx, tx, ev, inv.ID.V, now, seen)
+}
+
+// invoicePaidPayload is the payload of the outbox rows payInvoice queues
+// (InvoicePaymentBooked, InvoicePaidOutOfBand).
+type invoicePaidPayload struct {
+	InvoiceID  string  `json:"invoice_id"`
+	CustomerID string  `json:"customer_id"`
+	Amount     int64   `json:"amount"`
+	Currency   string  `json:"currency"`
+	EventID    string  `json:"event_id"`
+	Account    *string `json:"account"`
 }
 
 // b2i indexes a table of statements by a condition (payInvoice).

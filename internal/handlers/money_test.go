@@ -436,3 +436,16 @@ func TestARefundAndADisputeBeforeTheLink(t *testing.T) {
 	require.Equal(t, []string{"dp_RD DisputeFundsWithdrawn -700", "in_RD InvoicePaymentBooked 1000"}, b.outbox(t))
 	require.Equal(t, []string{"in_RD", "in_RD"}, b.strings(t, "SELECT invoice_id FROM refunds UNION ALL SELECT invoice_id FROM disputes"))
 }
+
+// TestTheInvoicePaidOutboxRowHoldsTheBooking: the outbox row of a payment
+// names the invoice, its customer, the amount, the currency, the event and
+// the connected account (null on the platform), and nothing else.
+func TestTheInvoicePaidOutboxRowHoldsTheBooking(t *testing.T) {
+	b := setup(t, pgtest.DB(t))
+	b.send(t, sent{typ: "invoice.paid", object: stripetest.Invoice("in_p", "cus_p", "paid", 1200)})
+	b.send(t, sent{typ: "invoice.paid", object: stripetest.Invoice("in_c", "cus_c", "paid", 800), account: "acct_C"})
+	require.Equal(t, []string{
+		`{"amount": 1200, "account": null, "currency": "usd", "event_id": "evt_1", "invoice_id": "in_p", "customer_id": "cus_p"}`,
+		`{"amount": 800, "account": "acct_C", "currency": "usd", "event_id": "evt_2", "invoice_id": "in_c", "customer_id": "cus_c"}`,
+	}, b.strings(t, "SELECT payload::text FROM outbox WHERE event_type = 'InvoicePaymentBooked' ORDER BY id"))
+}
