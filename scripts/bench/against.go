@@ -76,7 +76,7 @@ func against(ctx context.Context, out io.Writer) {
 	defer exec0(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+theirDB.name+" WITH (FORCE)")
 	var t table
 	for _, d := range drainers {
-		var ours, theirs, ourCPU, theirCPU []float64
+		var ours, theirs, ourCPU, theirCPU, ourServer, theirServer []float64
 		for r := range runs {
 			// Alternating, and in turn first (ABBA...), so that neither
 			// build always runs right after the backlog was loaded.
@@ -84,20 +84,21 @@ func against(ctx context.Context, out io.Writer) {
 				if (r+k)%2 == 0 {
 					resetBacklog(ctx)
 					got := localDrain(*localBin, *dbURL, d, n)
-					ours, ourCPU = append(ours, got.rate), append(ourCPU, got.cpuPerReceipt)
+					ours, ourCPU, ourServer = append(ours, got.rate), append(ourCPU, got.cpuPerReceipt), append(ourServer, got.serverPerReceipt)
 				} else {
 					theirDB.reset(ctx)
 					got := localDrain(*againstLocal, theirDB.url, d, n)
-					theirs, theirCPU = append(theirs, got.rate), append(theirCPU, got.cpuPerReceipt)
+					theirs, theirCPU, theirServer = append(theirs, got.rate), append(theirCPU, got.cpuPerReceipt), append(theirServer, got.serverPerReceipt)
 				}
 			}
 		}
 		t.add(strconv.Itoa(d), f0(median(ours)), f0(median(theirs)), ratio(median(ours), median(theirs)), rates(ours), rates(theirs),
-			f0(median(ourCPU)), f0(median(theirCPU)))
-		fmt.Fprintf(os.Stderr, "against: %d drainers: %s %v (worker CPU µs/receipt %v), %s %v (%v)\n", d, *againstHead, ours, ourCPU, *againstRev, theirs, theirCPU)
+			f0(median(ourCPU)), f0(median(theirCPU)), f0(median(ourServer)), f0(median(theirServer)))
+		fmt.Fprintf(os.Stderr, "against: %d drainers: %s %v (worker CPU µs/receipt %v, server %v), %s %v (%v, %v)\n", d, *againstHead, ours, ourCPU, ourServer, *againstRev, theirs, theirCPU, theirServer)
 	}
 	t.print(out, "drainers", *againstHead+" receipts/s", *againstRev+" receipts/s", "ratio", *againstHead+" runs", *againstRev+" runs",
-		*againstHead+" worker CPU µs/receipt", *againstRev+" worker CPU µs/receipt")
+		*againstHead+" worker CPU µs/receipt", *againstRev+" worker CPU µs/receipt",
+		*againstHead+" server CPU µs/receipt", *againstRev+" server CPU µs/receipt")
 }
 
 func rates(v []float64) string {
@@ -112,8 +113,11 @@ func rates(v []float64) string {
 // process (the client: decoding, the handlers' Go, pgx, logging; not
 // PostgreSQL's) used per receipt from its start to the run's end, in µs.
 // The two builds share the machine's cores with PostgreSQL, so a client
-// that needs more CPU per receipt leaves the server less.
-type drained struct{ rate, cpuPerReceipt float64 }
+// that needs more CPU per receipt leaves the server less. serverPerReceipt
+// is the CPU time of the server's processes (every process named postgres
+// on this machine: its backends, WAL writer, checkpointer) over the same
+// span, per receipt; 0 when none is visible (a server elsewhere).
+type drained struct{ rate, cpuPerReceipt, serverPerReceipt float64 }
 
 // localDrain runs bin (a cmd/local) as a worker with drainers drainers
 // until its first run ends, and returns that run's rate and CPU. Every one
@@ -125,7 +129,7 @@ func localDrain(bin, url string, drainers, n int) drained {
 		"WORKER_CONCURRENCY="+strconv.Itoa(drainers), "LOG_LEVEL=info")
 	*localBin, *dbURL = saved, savedURL
 	defer r.stop()
-	started := r.cpu() // the process's start and its migrations check: not the run's
+	started, serverStarted := r.cpu(), postgresCPU() // the process's start and its migrations check: not the run's
 	deadline := time.Now().Add(10 * time.Minute)
 	off := 0
 	for time.Now().Before(deadline) {
@@ -161,7 +165,8 @@ func localDrain(bin, url string, drainers, n int) drained {
 				}
 				return drained{
 					rate:          float64(n) / (float64(s.DurationMs) / 1000),
-					cpuPerReceipt: float64((r.cpu() - started).Microseconds()) / float64(n),
+					cpuPerReceipt:    float64((r.cpu() - started).Microseconds()) / float64(n),
+					serverPerReceipt: float64((postgresCPU() - serverStarted).Microseconds()) / float64(n),
 				}
 			}
 		}

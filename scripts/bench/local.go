@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -122,14 +123,45 @@ func (r *localRunner) noteListening(line string) {
 func (r *localRunner) cpu() time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid))
 	check(err)
+	_, t := procCPU(b)
+	return t
+}
+
+// procCPU reads a /proc/PID/stat: the command's name and the CPU time
+// (user and system) the process has used.
+func procCPU(b []byte) (string, time.Duration) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0
+	}
 	// The fields after the command name (which may hold spaces), from the
 	// state on: utime and stime are the 12th and 13th of them (proc(5)).
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	f := strings.Fields(string(b[end+1:]))
 	utime, err := strconv.ParseInt(f[11], 10, 64)
 	check(err)
 	stime, err := strconv.ParseInt(f[12], 10, 64)
 	check(err)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return string(b[open+1 : end]), time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// postgresCPU is the CPU time used so far by every process named postgres on
+// this machine. Read before and after a drain, it counts the backends that
+// started in between; a process that ended in between drops out of the
+// second read, and what it used with it (the worker's connections stay
+// open until it stops, after the second read).
+func postgresCPU() time.Duration {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var total time.Duration
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // it ended
+		}
+		if name, t := procCPU(b); name == "postgres" {
+			total += t
+		}
+	}
+	return total
 }
 
 func (r *localRunner) stop() {
