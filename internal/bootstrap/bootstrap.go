@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
@@ -128,8 +129,15 @@ func NewWebhook(ctx context.Context, c config.Webhook, logger *slog.Logger, out 
 	return &Webhook{Handler: h, Pool: pool, Keyring: keyring}, nil
 }
 
-// NewWorker builds the worker.
+// NewWorker builds the worker, and sets the process's garbage collector to
+// the worker's settings (config.GC).
 func NewWorker(ctx context.Context, c config.Worker, logger *slog.Logger, out io.Writer) (*worker.Worker, *pgxpool.Pool, error) {
+	if c.GC.Percent > 0 {
+		debug.SetGCPercent(c.GC.Percent)
+	}
+	if c.GC.MemoryLimit > 0 {
+		debug.SetMemoryLimit(c.GC.MemoryLimit)
+	}
 	pool, err := Pool(ctx, c.Database)
 	if err != nil {
 		return nil, nil, err

@@ -14,6 +14,9 @@ type Worker struct {
 	Worker worker.Config
 	// Handlers are the handlers' options (STRIPE_UNNAMED_RELEASES).
 	Handlers handlers.Options
+	// GC is the collector's setting (GOGC, GOMEMLIMIT and
+	// AWS_LAMBDA_FUNCTION_MEMORY_SIZE; see gc.go).
+	GC GC
 }
 
 // LoadWorker reads STRIPE_MODE (required: live or test), WORKER_CONCURRENCY,
@@ -26,7 +29,9 @@ type Worker struct {
 // with an event of a Stripe release the code has not named; see
 // handlers.Options), WRITEBACKS (off, the default, or customer_metadata:
 // record the sample write-back's intent with each newly booked payment; see
-// docs/writebacks.md), and the database settings. The pool gets one connection per drainer plus one.
+// docs/writebacks.md), the garbage collector's settings (GC: GOGC,
+// GOMEMLIMIT, AWS_LAMBDA_FUNCTION_MEMORY_SIZE; see gc.go), and the database
+// settings. The pool gets one connection per drainer plus one.
 func LoadWorker(env Env) (Worker, error) {
 	var p problems
 	wc := worker.Config{Mode: strings.TrimSpace(env("STRIPE_MODE"))}
@@ -56,6 +61,7 @@ func LoadWorker(env Env) (Worker, error) {
 		w.Handlers.UnnamedReleases = handlers.BookUnnamed
 	}
 	w.Handlers.Writebacks = handlers.ParseWritebacks(env("WRITEBACKS"))
+	w.GC = p.gc(env)
 	p.addErr("", w.Handlers.Validate())
 	w.Database.PreparedStatements = true // see internal/database
 	if wc.Concurrency >= 1 && int(w.Database.MaxConns) < wc.Concurrency+1 {
