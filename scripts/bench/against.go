@@ -164,7 +164,7 @@ func localDrain(bin, url string, drainers, n int) drained {
 					fail(fmt.Errorf("%s: the run processed %d, ignored %d, failed %d of %d receipts", bin, s.Processed, s.Ignored, s.Failed, n))
 				}
 				return drained{
-					rate:          float64(n) / (float64(s.DurationMs) / 1000),
+					rate:             float64(n) / (float64(s.DurationMs) / 1000),
 					cpuPerReceipt:    float64((r.cpu() - started).Microseconds()) / float64(n),
 					serverPerReceipt: float64((postgresCPU() - serverStarted).Microseconds()) / float64(n),
 				}

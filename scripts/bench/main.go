@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stripe-inbox/inbox/internal/config"
 	"github.com/stripe-inbox/inbox/internal/migrate"
 )
 
@@ -55,6 +57,10 @@ func (t *table) print(w io.Writer, header ...string) {
 func main() {
 	flag.Parse()
 	ctx := context.Background()
+	// The sections that drain in this process (drain, rtt, scale) run the
+	// worker with the collector's target bootstrap.NewWorker gives it when
+	// deployed (config.GC).
+	debug.SetGCPercent(config.WorkerGCPercent)
 	if *dbURL == "" {
 		fail(fmt.Errorf("-db is required"))
 	}
