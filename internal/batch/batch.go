@@ -119,7 +119,10 @@ type Tx interface {
 // a Run (RunClasses restarts jobs whose statements it rolled back): only
 // its last run's statements stand, so whatever it keeps outside the
 // transaction must be what its last run leaves (a result it overwrites,
-// not a count it adds to).
+// not a count it adds to). Each run of a job is a goroutine of its own,
+// which starts with a small stack: work that recurses deeply (decoding
+// JSON) is cheaper done before, by the caller (the worker reads each
+// receipt's event first; see handlers.Handler).
 type Job func(ctx context.Context, db DB) error
 
 // Run runs jobs[0], jobs[1], ... in tx, in order, each under a savepoint of

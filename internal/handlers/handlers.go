@@ -90,7 +90,10 @@ type Handler func(ev Event) Booking
 
 // A Booking applies one event, read by its Handler, inside tx. A Handler
 // that could not read its event returns a Booking that returns the error
-// without a statement.
+// without a statement. A Booking may run more than once (a batch that
+// rolls a receipt back runs it again, internal/batch): it must leave what
+// its Handler read as it found it (each one here sorts and filters only
+// lists it built itself).
 type Booking func(ctx context.Context, tx DB) (Result, error)
 
 // HandlerFunc is a Handler that reads and applies in one step: a thin
