@@ -9,10 +9,12 @@ import (
 // environment does not set GOGC. The worker's live heap is small (3 MB
 // draining at 4 drainers: the pool, the statement caches, the batches in
 // hand) and it allocates about 10 kB a receipt, decoding and booking. At Go's
-// default of 100 it collected every few hundred receipts, each collection's
-// fixed costs included. At 400 it collects about a quarter as often, for
-// about 12 µs less CPU a receipt measured in scripts/bench.sh's against
-// section (docs/performance.md), with a heap of about 20 MB instead of 8 MB.
+// default of 100 it collected every few hundred receipts (71 collections
+// for 20,000), each collection's fixed costs included. At 400 it collects a
+// fifth as often (14), for a heap goal of 21 MB instead of 8 MB; with the
+// change that reads each event before its batch job, the worker's CPU a
+// receipt went from 62–90 µs to 50–70 in scripts/bench.sh's against
+// section (docs/performance.md, issue 24 at stop 40).
 // A deployed worker of 256 MB has about a seventh of a vCPU (Lambda gives
 // CPU in proportion to memory), so its CPU is what it is short of.
 const WorkerGCPercent = 400
@@ -45,8 +47,8 @@ func (p *problems) gc(env Env) GC {
 		return g
 	}
 	mb, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || mb < 128 {
-		p.addf("AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%q: must be the function's memory in MB (128 or more), as Lambda sets it; unset it outside Lambda", raw)
+	if err != nil || mb < 128 || mb > 10240 {
+		p.addf("AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%q: must be the function's memory in MB (128 to 10240), as Lambda sets it; unset it outside Lambda", raw)
 		return g
 	}
 	g.MemoryLimit = mb << 20 * 3 / 4

@@ -31,5 +31,7 @@ func TestWorkerGC(t *testing.T) {
 		})
 	}
 	_, err := config.LoadWorker(env("DATABASE_URL", localDB, "STRIPE_MODE", "test", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256MB"))
-	require.ErrorContains(t, err, `AWS_LAMBDA_FUNCTION_MEMORY_SIZE="256MB": must be the function's memory in MB (128 or more), as Lambda sets it; unset it outside Lambda`)
+	require.ErrorContains(t, err, `AWS_LAMBDA_FUNCTION_MEMORY_SIZE="256MB": must be the function's memory in MB (128 to 10240), as Lambda sets it; unset it outside Lambda`)
+	_, err = config.LoadWorker(env("DATABASE_URL", localDB, "STRIPE_MODE", "test", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "99999999999999"))
+	require.ErrorContains(t, err, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=\"99999999999999\"")
 }

@@ -16,7 +16,8 @@ import (
 // batch that rolls a receipt back to its savepoint runs it again). Every
 // event of every story, read once, is booked, rolled back and booked again
 // with what it read: both runs report the same and leave the same rows, so
-// no booking changes what its handler read.
+// no booking changes what its handler read in a way that books differently
+// the second time.
 func TestABookingRunTwiceBooksTheSame(t *testing.T) {
 	b := setup(t, pgtest.DB(t))
 	ctx := context.Background()

@@ -25,9 +25,9 @@ import (
 
 // DB is the transaction a handler runs in.
 //
-// In a batch, the worker runs each handler as a job of internal/batch,
+// In a batch, the worker runs each Booking as a job of internal/batch,
 // which may send its first statement in one round trip with those of other
-// receipts (each under its own savepoint) before it hands the handler the
+// receipts (each under its own savepoint) before it hands the Booking the
 // result. So a handler uses DB only from its own goroutine, reads a row
 // (Scan) or closes Rows before its next call, as with pgx, and keeps its
 // statements in the transaction it is given (no COMMIT, ROLLBACK or
@@ -91,9 +91,10 @@ type Handler func(ev Event) Booking
 // A Booking applies one event, read by its Handler, inside tx. A Handler
 // that could not read its event returns a Booking that returns the error
 // without a statement. A Booking may run more than once (a batch that
-// rolls a receipt back runs it again, internal/batch): it must leave what
-// its Handler read as it found it (each one here sorts and filters only
-// lists it built itself).
+// rolls a receipt back runs it again, internal/batch): run again, it must
+// book what it booked the first time, so it may not change what its
+// Handler read (each one here sorts and fills in only lists it built or
+// copied itself).
 type Booking func(ctx context.Context, tx DB) (Result, error)
 
 // HandlerFunc is a Handler that reads and applies in one step: a thin

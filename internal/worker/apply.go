@@ -225,7 +225,9 @@ const interleavedLockWait = unplacedLockWait
 // Round trips: BEGIN, the timeouts and one statement that locks every
 // receipt of the batch go in one pipeline (inPipelinedTx, inbox.BeginLockMany;
 // a receipt another worker completed is AlreadyDone; one of the other mode is marked
-// IgnoredOtherMode without its handler); internal/batch runs the handlers,
+// IgnoredOtherMode without its handler); each receipt's event is read
+// (handlers.Handler: decoded, its version and contract checked) and
+// internal/batch runs the bookings,
 // each undone alone when it fails (under a savepoint of its own, or shared
 // by steady event types, with a restart when one surprises), sending the
 // first statement of many in one round trip (see its package comment);
@@ -292,7 +294,9 @@ func (w *Worker) batchTx(ctx context.Context, conns connSource, claimed []inbox.
 			default:
 				// Read here, not in the job: batch runs each job on a
 				// goroutine of its own, whose small stack the decode
-				// would grow.
+				// would grow. A receipt the time budget then leaves for
+				// the next transaction (rest) is read again there: a
+				// few µs, against a budget of STATEMENT_TIMEOUT.
 				k, booking := len(jobs), read(w.handlers, event(c, l))
 				jobs = append(jobs, func(ctx context.Context, db batch.DB) (err error) {
 					results[k], err = book(ctx, booking, db)
@@ -400,10 +404,11 @@ func event(c inbox.Claimed, l inbox.Locked) handlers.Event {
 }
 
 // read reads ev with its handler (decoding, version, contract), and book
-// runs the Booking it returns. A panic in either is returned as a
-// *panicError, so that it fails only this receipt: re-raised, it would end
-// the process (the drainer goroutines are not the Lambda runtime's, which
-// does not recover them) and lose every drainer's work in flight.
+// runs the Booking it returns. A panic in either fails only this receipt,
+// with a *panicError (read returns a Booking that returns it): re-raised,
+// it would end the process (the drainer goroutines are not the Lambda
+// runtime's, which does not recover them) and lose every drainer's work in
+// flight.
 func read(reg handlers.Registry, ev handlers.Event) (b handlers.Booking) {
 	defer func() {
 		if p := recover(); p != nil {

@@ -123,32 +123,38 @@ func (r *localRunner) noteListening(line string) {
 func (r *localRunner) cpu() time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid))
 	check(err)
-	_, t := procCPU(b)
+	_, t, _ := procCPU(b)
 	return t
 }
 
-// procCPU reads a /proc/PID/stat: the command's name and the CPU time
-// (user and system) the process has used.
-func procCPU(b []byte) (string, time.Duration) {
+// procCPU reads a /proc/PID/stat: the command's name, the CPU time (user
+// and system) the process has used, and the CPU time its children that
+// have ended and that it waited for used.
+func procCPU(b []byte) (name string, self, children time.Duration) {
 	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
 	if open < 0 || end < open {
-		return "", 0
+		return "", 0, 0
 	}
 	// The fields after the command name (which may hold spaces), from the
-	// state on: utime and stime are the 12th and 13th of them (proc(5)).
+	// state on: utime, stime, cutime and cstime are the 12th to 15th of
+	// them (proc(5)), in clock ticks (100 a second).
 	f := strings.Fields(string(b[end+1:]))
-	utime, err := strconv.ParseInt(f[11], 10, 64)
-	check(err)
-	stime, err := strconv.ParseInt(f[12], 10, 64)
-	check(err)
-	return string(b[open+1 : end]), time.Duration(utime+stime) * 10 * time.Millisecond
+	var t [4]int64
+	for i := range t {
+		v, err := strconv.ParseInt(f[11+i], 10, 64)
+		check(err)
+		t[i] = v
+	}
+	tick := 10 * time.Millisecond
+	return string(b[open+1 : end]), time.Duration(t[0]+t[1]) * tick, time.Duration(t[2]+t[3]) * tick
 }
 
 // postgresCPU is the CPU time used so far by every process named postgres on
-// this machine. Read before and after a drain, it counts the backends that
-// started in between; a process that ended in between drops out of the
-// second read, and what it used with it (the worker's connections stay
-// open until it stops, after the second read).
+// this machine, with the children they waited for: a backend or an
+// autovacuum worker that ended is counted in its parent's, the
+// postmaster's, once the postmaster has reaped it. Read before and after a
+// drain, it counts the processes that started in between, and the ones
+// that ended in between still count.
 func postgresCPU() time.Duration {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var total time.Duration
@@ -157,8 +163,8 @@ func postgresCPU() time.Duration {
 		if err != nil {
 			continue // it ended
 		}
-		if name, t := procCPU(b); name == "postgres" {
-			total += t
+		if name, self, children := procCPU(b); name == "postgres" {
+			total += self + children
 		}
 	}
 	return total

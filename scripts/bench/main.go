@@ -59,8 +59,10 @@ func main() {
 	ctx := context.Background()
 	// The sections that drain in this process (drain, rtt, scale) run the
 	// worker with the collector's target bootstrap.NewWorker gives it when
-	// deployed (config.GC).
-	debug.SetGCPercent(config.WorkerGCPercent)
+	// deployed (config.GC), unless GOGC is set.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(config.WorkerGCPercent)
+	}
 	if *dbURL == "" {
 		fail(fmt.Errorf("-db is required"))
 	}
