@@ -148,17 +148,18 @@ func on[T any, P contracted[T]](o Options, apply func(ctx context.Context, tx DB
 	return func(ev Event) Booking {
 		obj, m, err := decode[T, P](ev)
 		if verr := o.admit(ev, m.APIVersion); verr != nil {
-			return failed(verr) // the version first: a shape is judged only in a version we admit
+			return Failed(verr) // the version first: a shape is judged only in a version we admit
 		}
 		if err != nil {
-			return failed(err)
+			return Failed(err)
 		}
 		return func(ctx context.Context, tx DB) (Result, error) { return apply(ctx, tx, ev, obj, m) }
 	}
 }
 
-// failed is the Booking of an event its Handler could not read.
-func failed(err error) Booking {
+// Failed is the Booking of an event its Handler could not read: it
+// returns err without a statement.
+func Failed(err error) Booking {
 	return func(context.Context, DB) (Result, error) { return Result{}, err }
 }
 

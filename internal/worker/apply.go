@@ -7,10 +7,10 @@ package worker
 // waits, unplacedLockWait);
 // batchTx opens its transaction and locks the receipts in one round trip
 // (inbox.BeginLockMany), re-checks them, filters the other mode (books),
-// reads the receipts and runs their bookings (read, book), records failures (isDeadlock,
-// isLockTimeout, describe, backoff), and marks the rest processed and
-// commits in one more (lockedOnce, inbox.MarkManyProcessedCommit,
-// inPipelinedTx); oneByOne is the
+// reads the receipts and runs their bookings (read, book), records
+// failures (isDeadlock, isLockTimeout, describe, backoff), and marks the
+// rest processed and commits in one more (lockedOnce,
+// inbox.MarkManyProcessedCommit, inPipelinedTx); oneByOne is the
 // fallback when that transaction fails, and giveBack releases the receipts
 // the deadline margin leaves unstarted; process is the one-receipt
 // transaction (apply: lock, re-check, mode filter, handler, mark) that
@@ -412,8 +412,7 @@ func event(c inbox.Claimed, l inbox.Locked) handlers.Event {
 func read(reg handlers.Registry, ev handlers.Event) (b handlers.Booking) {
 	defer func() {
 		if p := recover(); p != nil {
-			err := &panicError{value: p, stack: debug.Stack()}
-			b = func(context.Context, handlers.DB) (handlers.Result, error) { return handlers.Result{}, err }
+			b = handlers.Failed(&panicError{value: p, stack: debug.Stack()})
 		}
 	}()
 	return reg.Read(ev)
