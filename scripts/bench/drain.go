@@ -72,26 +72,42 @@ func resetBacklog(ctx context.Context) {
 	checkpoint(ctx)
 }
 
-func runWorker(ctx context.Context, drainers, batch int) (worker.Summary, time.Duration) {
+func runWorker(ctx context.Context, drainers, batch int) workerRun {
 	return runWorkerOn(ctx, *dbURL, drainers, batch)
 }
 
+// workerRun is one run of the worker over a backlog: what it did, how long it
+// took, and the share of the machine's CPU that was busy meanwhile (see
+// busy).
+type workerRun struct {
+	worker.Summary
+	took time.Duration
+	busy float64
+}
+
+// rate is the run's receipts a second.
+func (d workerRun) rate() float64 { return float64(d.Processed+d.Ignored) / d.took.Seconds() }
+
 // runWorkerOn runs the worker until the inbox is drained, its pool
 // connected to url.
-func runWorkerOn(ctx context.Context, url string, drainers, batch int) (worker.Summary, time.Duration) {
+func runWorkerOn(ctx context.Context, url string, drainers, batch int) workerRun {
 	pool := openURL(ctx, url, int32(drainers+1), true)
 	defer pool.Close()
-	// The worker's defaults (claims of 25), with the batch size given; 0 is
-	// the default batch.
+	// The worker's defaults (claims of worker.DefaultClaimLimit), with the
+	// batch size given; 0 is the default batch.
 	cfg := worker.Config{Mode: worker.ModeTest, Concurrency: drainers, BatchSize: batch}.WithDefaults()
 	check(cfg.Validate())
 	w, err := worker.New(pool, handlers.Default(), cfg, quiet, nil)
 	check(err)
 	warm(ctx, pool)
-	start := time.Now()
-	s, err := w.Run(ctx)
+	var d workerRun
+	d.busy = busy(func() {
+		start := time.Now()
+		d.Summary, err = w.Run(ctx)
+		d.took = time.Since(start)
+	})
 	check(err)
-	return s, time.Since(start)
+	return d
 }
 
 // warm opens all of the pool's connections before the clock starts. A
@@ -123,6 +139,8 @@ func drain(ctx context.Context, out io.Writer) {
 	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles with refunds, duplicates, separate Event objects); median of %d runs\n\n", n, runs)
 	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions with the packages' SQL (the worker's claim of one row in its own transaction, then statement timeout, lock, invoice.paid's statement, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
 	fmt.Fprintln(out)
+	fmt.Fprintln(out, "CPU busy: the share of the machine's CPU time (every core) that was not idle during the batched runs (median; /proc/stat). Near 100 %, the cores are what limits the drain, and more drainers can only add contention.")
+	fmt.Fprintln(out)
 	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	load(ctx, backlog(n))
 	var t table
@@ -131,25 +149,24 @@ func drain(ctx context.Context, out io.Writer) {
 			withCPUs(ctx, pinned, func() {
 				// Median of three runs each, interleaved, so that a burst of
 				// noise on a shared machine does not decide the ratio.
-				var rates1, rates10, limits []float64
-				var last worker.Summary
+				var rates1, rates10, limits, busy10 []float64
+				var last workerRun
 				for range runs {
 					resetBacklog(ctx)
-					s1, e1 := runWorker(ctx, d, 1)
-					rates1 = append(rates1, float64(s1.Processed+s1.Ignored)/e1.Seconds())
+					rates1 = append(rates1, runWorker(ctx, d, 1).rate())
 					resetBacklog(ctx)
-					s10, e10 := runWorker(ctx, d, 0)
-					rates10 = append(rates10, float64(s10.Processed+s10.Ignored)/e10.Seconds())
-					last = s10
+					last = runWorker(ctx, d, 0)
+					rates10 = append(rates10, last.rate())
+					busy10 = append(busy10, last.busy)
 					limits = append(limits, pgbenchDrain(ctx, *dbURL, d, n))
 				}
 				rate1, rate10, limit := median(rates1), median(rates10), median(limits)
 				t.add(strconv.Itoa(d), cpuLabel(pinned), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
-					fmt.Sprintf("%d+%d", last.Processed, last.Ignored))
+					share(median(busy10)), fmt.Sprintf("%d+%d", last.Processed, last.Ignored))
 			})
 		}
 	}
-	t.print(out, "drainers", "CPUs", "per-row receipts/s (batch 1)", fmt.Sprintf("batched receipts/s (batch %d)", worker.DefaultBatchSize), "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "processed")
+	t.print(out, "drainers", "CPUs", "per-row receipts/s (batch 1)", fmt.Sprintf("batched receipts/s (batch %d)", worker.DefaultBatchSize), "batched/per-row", "pgbench per-row tps (limit)", "per-row/limit", "batched/limit", "CPU busy (batched)", "processed")
 }
 
 // pgbenchDrain loads n invoice.paid receipts under endpoint 'pgbench' and

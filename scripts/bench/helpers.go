@@ -223,3 +223,58 @@ func checkpoint(ctx context.Context) {
 		exec0(ctx, "CHECKPOINT")
 	}
 }
+
+// cpuTimes is the CPU time the machine has spent so far, from the first
+// line of /proc/stat (proc(5), in clock ticks): all of it, and the part
+// spent idle (idle and iowait). Guest time is counted in user time already,
+// so only the first eight fields are summed. ok is false where /proc/stat
+// cannot be read.
+func cpuTimes() (total, idle int64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	return parseCPUTimes(string(b))
+}
+
+// parseCPUTimes reads cpuTimes' figures from the text of /proc/stat.
+func parseCPUTimes(stat string) (total, idle int64, ok bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal guest guest_nice
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		total += v
+		if i == 3 || i == 4 {
+			idle += v
+		}
+	}
+	return total, idle, true
+}
+
+// busy runs fn and returns the share of the machine's CPU time (every
+// core) that was not idle meanwhile, 0 to 1, or -1 where /proc/stat cannot
+// be read. Near 1, the cores are the limit: more concurrency can add
+// nothing, whatever the code.
+func busy(fn func()) float64 {
+	t0, i0, ok0 := cpuTimes()
+	fn()
+	t1, i1, ok1 := cpuTimes()
+	if !ok0 || !ok1 || t1 <= t0 {
+		return -1
+	}
+	return 1 - float64(i1-i0)/float64(t1-t0)
+}
+
+// share prints a share from busy as a percentage.
+func share(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f %%", 100*v)
+}

@@ -31,7 +31,7 @@ import (
 // the statements of one pipeline cross together, as they would over a
 // network. At 0 the clients still go through the proxy.
 //
-// The drain compares, at 1 and 4 drainers: one receipt per transaction
+// The drain compares, at 1, 4 and 8 drainers: one receipt per transaction
 // (BATCH_SIZE=1), batches without the pipeline (loopDrain: a savepoint, then
 // the handler's statements one round trip each, per receipt), and the
 // worker's batches (the pipeline). Limits: pgbench running the seed's
@@ -48,7 +48,7 @@ func rtt(ctx context.Context, out io.Writer) {
 		return
 	}
 	proxied := viaPort(*dbURL, *toxiPort)
-	fmt.Fprintln(out, "Each direction delayed by the given latency (a round trip costs twice that). Drain limit: pgbench running the seed's per-row transactions with the packages' SQL (as in section 2) through the same proxy. Receipt limit: pgbench running the webhook's INSERT through the same proxy. One run each.")
+	fmt.Fprintln(out, "Each direction delayed by the given latency (a round trip costs twice that). Drain limit: pgbench running the seed's per-row transactions with the packages' SQL (as in section 2) through the same proxy. Receipt limit: pgbench running the webhook's INSERT through the same proxy. One run each. CPU busy: the share of the machine's CPU time (every core) not idle during the pipelined drain (/proc/stat; toxiproxy's own CPU included).")
 	fmt.Fprintln(out)
 	evs := backlog(n)
 
@@ -58,7 +58,7 @@ func rtt(ctx context.Context, out io.Writer) {
 	if *quick {
 		dur, lats = time.Second, []int{1}
 	}
-	drainers, concurrencies := []int{1, 4}, []int{1, 16}
+	drainers, concurrencies := []int{1, 4, 8}, []int{1, 16}
 	if *quick {
 		drainers, concurrencies = []int{4}, []int{16}
 	}
@@ -72,17 +72,16 @@ func rtt(ctx context.Context, out io.Writer) {
 				load(ctx, evs)
 				for _, d := range drainers {
 					resetBacklog(ctx)
-					s1, e1 := runWorkerOn(ctx, proxied, d, 1)
-					perRow := float64(s1.Processed+s1.Ignored) / e1.Seconds()
+					perRow := runWorkerOn(ctx, proxied, d, 1).rate()
 					resetBacklog(ctx)
 					nl, el := loopDrain(ctx, proxied, d, worker.DefaultBatchSize)
 					loop := float64(nl) / el.Seconds()
 					resetBacklog(ctx)
-					sp, ep := runWorkerOn(ctx, proxied, d, 0)
-					pipe := float64(sp.Processed+sp.Ignored) / ep.Seconds()
+					piped := runWorkerOn(ctx, proxied, d, 0)
+					pipe := piped.rate()
 					limit := pgbenchDrain(ctx, proxied, d, n)
 					drainT.add(strconv.Itoa(lat), cpuLabel(pinned), strconv.Itoa(d), f0(perRow), f0(loop), f0(pipe), ratio(loop, pipe), ratio(pipe, perRow),
-						f0(limit), ratio(perRow, limit), ratio(loop, limit), ratio(pipe, limit))
+						f0(limit), ratio(perRow, limit), ratio(loop, limit), ratio(pipe, limit), share(piped.busy))
 				}
 				for _, c := range concurrencies {
 					r := receiptRun(ctx, proxied, c, dur)
@@ -96,7 +95,7 @@ func rtt(ctx context.Context, out io.Writer) {
 	setLatency(0)
 	fmt.Fprintf(out, "Drain (receipts/s; batches of %d; loop = batches without the pipeline):\n\n", worker.DefaultBatchSize)
 	drainT.print(out, "latency each way ms", "CPUs", "drainers", "per-row", "loop", "pipeline", "loop/pipeline", "pipeline/per-row",
-		"pgbench per-row tps (limit)", "per-row/limit", "loop/limit", "pipeline/limit")
+		"pgbench per-row tps (limit)", "per-row/limit", "loop/limit", "pipeline/limit", "CPU busy (pipeline)")
 	fmt.Fprintln(out, "Receipts:")
 	fmt.Fprintln(out)
 	recT.print(out, "latency each way ms", "CPUs", "concurrency", "ours req/s", "p50 ms", "p99 ms", "pgbench INSERT tps (limit)", "ours/limit", "rows stored / 200s")

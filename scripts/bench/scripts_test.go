@@ -72,3 +72,19 @@ func TestNoteListeningTellsTheRoutesApart(t *testing.T) {
 		t.Errorf("url %q, ebURL %q", r.url, r.ebURL)
 	}
 }
+
+// TestParseCPUTimes: the machine's CPU time from /proc/stat's first line
+// (the drain's "CPU busy"): guest time is not counted twice, idle is idle
+// and iowait, and a text that is not /proc/stat's gives no figures.
+func TestParseCPUTimes(t *testing.T) {
+	stat := "cpu  100 5 50 1000 20 3 2 1 7 0\ncpu0 50 2 25 500 10 1 1 0 3 0\nintr 12345\n"
+	total, idle, ok := parseCPUTimes(stat)
+	if !ok || total != 1181 || idle != 1020 {
+		t.Fatalf("parseCPUTimes = %d, %d, %v; want 1181, 1020, true", total, idle, ok)
+	}
+	for _, bad := range []string{"", "intr 1 2 3 4 5 6 7 8 9\n", "cpu 1 2 3\n", "cpu a b c d e f g h i j\n"} {
+		if _, _, ok := parseCPUTimes(bad); ok {
+			t.Errorf("parseCPUTimes(%q) ok, want not ok", bad)
+		}
+	}
+}
