@@ -21,8 +21,8 @@
 #       into a temporary directory), alternating with this tree's, and
 #       reports the ratio (section against; -only against runs just that)
 #
-# rtt (about 5 minutes) runs the drain (per-row, batches without the
-# pipeline, the pipeline; 1 and 4 drainers) and the receipt path through
+# rtt (about 6 minutes a CPU mode) runs the drain (per-row, batches without
+# the pipeline, the pipeline; 1, 4 and 8 drainers) and the receipt path through
 # toxiproxy with 0 and 1 ms of latency each way (installed into .tmp/bin).
 #
 # Pinning (BENCH_PIN=1, the default, on a machine with 2 cores or more):

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -77,16 +79,15 @@ func runWorker(ctx context.Context, drainers, batch int) workerRun {
 }
 
 // workerRun is one run of the worker over a backlog: what it did, how long it
-// took, and the share of the machine's CPU that was busy meanwhile (see
-// busy).
+// took, and how busy the CPUs were meanwhile (measureBusy).
 type workerRun struct {
 	worker.Summary
-	took time.Duration
-	busy float64
+	took    time.Duration
+	cpuBusy cpuBusy
 }
 
 // rate is the run's receipts a second.
-func (d workerRun) rate() float64 { return float64(d.Processed+d.Ignored) / d.took.Seconds() }
+func (r workerRun) rate() float64 { return float64(r.Processed+r.Ignored) / r.took.Seconds() }
 
 // runWorkerOn runs the worker until the inbox is drained, its pool
 // connected to url.
@@ -100,14 +101,14 @@ func runWorkerOn(ctx context.Context, url string, drainers, batch int) workerRun
 	w, err := worker.New(pool, handlers.Default(), cfg, quiet, nil)
 	check(err)
 	warm(ctx, pool)
-	var d workerRun
-	d.busy = busy(func() {
+	var r workerRun
+	r.cpuBusy = measureBusy(func() {
 		start := time.Now()
-		d.Summary, err = w.Run(ctx)
-		d.took = time.Since(start)
+		r.Summary, err = w.Run(ctx)
+		r.took = time.Since(start)
 	})
 	check(err)
-	return d
+	return r
 }
 
 // warm opens all of the pool's connections before the clock starts. A
@@ -139,7 +140,7 @@ func drain(ctx context.Context, out io.Writer) {
 	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles with refunds, duplicates, separate Event objects); median of %d runs\n\n", n, runs)
 	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions with the packages' SQL (the worker's claim of one row in its own transaction, then statement timeout, lock, invoice.paid's statement, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "CPU busy: the share of the machine's CPU time (every core) that was not idle during the batched runs (median; /proc/stat). Near 100 %, the cores are what limits the drain, and more drainers can only add contention.")
+	fmt.Fprintln(out, "CPU busy: the share of the CPU time that was not idle during the batched run whose rate is the median (/proc/stat): the whole machine's, or pinned, PostgreSQL's CPU and the benchmark's. Near 100 % for the CPUs the drain runs on, the cores are what limits it: more drainers can gain only by lowering the CPU a receipt costs. The figure counts every process on the machine, the benchmark's own included; on short runs it is good to a few points.")
 	fmt.Fprintln(out)
 	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	load(ctx, backlog(n))
@@ -149,20 +150,21 @@ func drain(ctx context.Context, out io.Writer) {
 			withCPUs(ctx, pinned, func() {
 				// Median of three runs each, interleaved, so that a burst of
 				// noise on a shared machine does not decide the ratio.
-				var rates1, rates10, limits, busy10 []float64
-				var last workerRun
+				var rates1, limits []float64
+				var batched []workerRun
 				for range runs {
 					resetBacklog(ctx)
 					rates1 = append(rates1, runWorker(ctx, d, 1).rate())
 					resetBacklog(ctx)
-					last = runWorker(ctx, d, 0)
-					rates10 = append(rates10, last.rate())
-					busy10 = append(busy10, last.busy)
+					batched = append(batched, runWorker(ctx, d, 0))
 					limits = append(limits, pgbenchDrain(ctx, *dbURL, d, n))
 				}
-				rate1, rate10, limit := median(rates1), median(rates10), median(limits)
+				// The batched run whose rate is the median, with its CPU.
+				slices.SortFunc(batched, func(a, b workerRun) int { return cmp.Compare(a.rate(), b.rate()) })
+				mid := batched[len(batched)/2]
+				rate1, rate10, limit := median(rates1), mid.rate(), median(limits)
 				t.add(strconv.Itoa(d), cpuLabel(pinned), f0(rate1), f0(rate10), ratio(rate10, rate1), f0(limit), ratio(rate1, limit), ratio(rate10, limit),
-					share(median(busy10)), fmt.Sprintf("%d+%d", last.Processed, last.Ignored))
+					mid.cpuBusy.label(pinned), fmt.Sprintf("%d+%d", mid.Processed, mid.Ignored))
 			})
 		}
 	}

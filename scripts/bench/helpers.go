@@ -224,54 +224,112 @@ func checkpoint(ctx context.Context) {
 	}
 }
 
-// cpuTimes is the CPU time the machine has spent so far, from the first
-// line of /proc/stat (proc(5), in clock ticks): all of it, and the part
-// spent idle (idle and iowait). Guest time is counted in user time already,
-// so only the first eight fields are summed. ok is false where /proc/stat
-// cannot be read.
-func cpuTimes() (total, idle int64, ok bool) {
+// cpuTime is CPU time spent so far, in clock ticks, from a cpu line of
+// /proc/stat (proc(5)): all of it, and the part spent idle (idle and
+// iowait). Guest time is counted in user time already, so only the first
+// eight fields (user to steal) are summed. Steal, time the hypervisor gave
+// another guest, counts as busy: this machine could not use it. In a
+// container /proc/stat is the host's.
+type cpuTime struct{ total, idle int64 }
+
+// readCPU is /proc/stat's cpu lines by name: "cpu" (every CPU) and "cpu0",
+// "cpu1" and so on. It is nil where /proc/stat cannot be read.
+func readCPU() map[string]cpuTime {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, false
+		return nil
 	}
-	return parseCPUTimes(string(b))
+	return parseCPU(string(b))
 }
 
-// parseCPUTimes reads cpuTimes' figures from the text of /proc/stat.
-func parseCPUTimes(stat string) (total, idle int64, ok bool) {
-	line, _, _ := strings.Cut(stat, "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal guest guest_nice
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0, false
-	}
-	for i, s := range f[1:9] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, 0, false
+// parseCPU reads readCPU's figures from the text of /proc/stat. A cpu line
+// that is not user nice system idle iowait irq softirq steal (and guest
+// time) in numbers is left out.
+func parseCPU(stat string) map[string]cpuTime {
+	out := map[string]cpuTime{}
+	for _, line := range strings.Split(stat, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") {
+			continue
 		}
-		total += v
-		if i == 3 || i == 4 {
-			idle += v
+		var t cpuTime
+		ok := true
+		for i, s := range f[1:9] {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				ok = false
+				break
+			}
+			t.total += v
+			if i == 3 || i == 4 {
+				t.idle += v
+			}
+		}
+		if ok {
+			out[f[0]] = t
 		}
 	}
-	return total, idle, true
+	return out
 }
 
-// busy runs fn and returns the share of the machine's CPU time (every
-// core) that was not idle meanwhile, 0 to 1, or -1 where /proc/stat cannot
-// be read. Near 1, the cores are the limit: more concurrency can add
-// nothing, whatever the code.
-func busy(fn func()) float64 {
-	t0, i0, ok0 := cpuTimes()
-	fn()
-	t1, i1, ok1 := cpuTimes()
-	if !ok0 || !ok1 || t1 <= t0 {
+// busyShare is the share of the CPU time between two readings that was
+// not idle, 0 to 1, or -1 when the readings make no sense together: no
+// time passed, or the idle time went backwards or past the total (proc(5):
+// iowait can decrease).
+func busyShare(before, after cpuTime) float64 {
+	total, idle := after.total-before.total, after.idle-before.idle
+	if total <= 0 || idle < 0 || idle > total {
 		return -1
 	}
-	return 1 - float64(i1-i0)/float64(t1-t0)
+	return 1 - float64(idle)/float64(total)
 }
 
-// share prints a share from busy as a percentage.
+// cpuBusy is how busy the machine's CPUs were while something ran: all of
+// them together and each one (busyShare; -1 where /proc/stat could not be
+// read).
+type cpuBusy struct {
+	all float64
+	per map[string]float64 // by /proc/stat's name: "cpu0", "cpu1", ...
+}
+
+// measureBusy runs fn and returns how busy the CPUs were meanwhile. Near
+// 1 for the CPUs a drain runs on, those cores are what limits it: more
+// drainers can gain only by lowering the CPU a receipt costs.
+func measureBusy(fn func()) cpuBusy {
+	before := readCPU()
+	fn()
+	after := readCPU()
+	b := cpuBusy{all: -1, per: map[string]float64{}}
+	for name, t0 := range before {
+		t1, ok := after[name]
+		if !ok {
+			continue
+		}
+		if name == "cpu" {
+			b.all = busyShare(t0, t1)
+		} else {
+			b.per[name] = busyShare(t0, t1)
+		}
+	}
+	return b
+}
+
+// label prints b for a section's table: the whole machine's share, or,
+// pinned, PostgreSQL's CPU and the benchmark's (pin.go), since a saturated
+// server CPU beside a half-idle client CPU reads as three quarters overall.
+func (b cpuBusy) label(pinned bool) string {
+	if !pinned {
+		return share(b.all)
+	}
+	server, ok1 := b.per["cpu"+serverCPU]
+	client, ok2 := b.per["cpu"+clientCPU]
+	if !ok1 || !ok2 {
+		return "n/a"
+	}
+	return "server " + share(server) + ", client " + share(client)
+}
+
+// share prints a share from busyShare as a percentage.
 func share(v float64) string {
 	if v < 0 {
 		return "n/a"

@@ -48,7 +48,7 @@ func rtt(ctx context.Context, out io.Writer) {
 		return
 	}
 	proxied := viaPort(*dbURL, *toxiPort)
-	fmt.Fprintln(out, "Each direction delayed by the given latency (a round trip costs twice that). Drain limit: pgbench running the seed's per-row transactions with the packages' SQL (as in section 2) through the same proxy. Receipt limit: pgbench running the webhook's INSERT through the same proxy. One run each. CPU busy: the share of the machine's CPU time (every core) not idle during the pipelined drain (/proc/stat; toxiproxy's own CPU included).")
+	fmt.Fprintln(out, "Each direction delayed by the given latency (a round trip costs twice that). Drain limit: pgbench running the seed's per-row transactions with the packages' SQL (as in section 2) through the same proxy. Receipt limit: pgbench running the webhook's INSERT through the same proxy. One run each. CPU busy: the share of the CPU time not idle during the pipelined drain (/proc/stat), as in section 2; toxiproxy's own CPU is included.")
 	fmt.Fprintln(out)
 	evs := backlog(n)
 
@@ -81,7 +81,7 @@ func rtt(ctx context.Context, out io.Writer) {
 					pipe := piped.rate()
 					limit := pgbenchDrain(ctx, proxied, d, n)
 					drainT.add(strconv.Itoa(lat), cpuLabel(pinned), strconv.Itoa(d), f0(perRow), f0(loop), f0(pipe), ratio(loop, pipe), ratio(pipe, perRow),
-						f0(limit), ratio(perRow, limit), ratio(loop, limit), ratio(pipe, limit), share(piped.busy))
+						f0(limit), ratio(perRow, limit), ratio(loop, limit), ratio(pipe, limit), piped.cpuBusy.label(pinned))
 				}
 				for _, c := range concurrencies {
 					r := receiptRun(ctx, proxied, c, dur)

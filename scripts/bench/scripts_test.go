@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"strings"
 	"testing"
 )
@@ -73,18 +74,45 @@ func TestNoteListeningTellsTheRoutesApart(t *testing.T) {
 	}
 }
 
-// TestParseCPUTimes: the machine's CPU time from /proc/stat's first line
-// (the drain's "CPU busy"): guest time is not counted twice, idle is idle
-// and iowait, and a text that is not /proc/stat's gives no figures.
-func TestParseCPUTimes(t *testing.T) {
-	stat := "cpu  100 5 50 1000 20 3 2 1 7 0\ncpu0 50 2 25 500 10 1 1 0 3 0\nintr 12345\n"
-	total, idle, ok := parseCPUTimes(stat)
-	if !ok || total != 1181 || idle != 1020 {
-		t.Fatalf("parseCPUTimes = %d, %d, %v; want 1181, 1020, true", total, idle, ok)
+// TestParseCPU: the CPU time of the machine and of each CPU from
+// /proc/stat's cpu lines (the drain's "CPU busy"): guest time is not
+// counted twice, idle is idle and iowait, and a line that is not a cpu
+// line of numbers gives nothing.
+func TestParseCPU(t *testing.T) {
+	stat := "cpu  100 5 50 1000 20 3 2 1 7 0\ncpu0 60 2 25 400 10 1 1 1 3 0\ncpu1 40 3 25 600 10 2 1 0 4 0\n" +
+		"cpu2 1 2 3\ncpu3 a b c d e f g h i j\nintr 1 2 3 4 5 6 7 8 9\n"
+	got := parseCPU(stat)
+	want := map[string]cpuTime{"cpu": {1181, 1020}, "cpu0": {500, 410}, "cpu1": {681, 610}}
+	if !maps.Equal(got, want) {
+		t.Fatalf("parseCPU = %v; want %v", got, want)
 	}
-	for _, bad := range []string{"", "intr 1 2 3 4 5 6 7 8 9\n", "cpu 1 2 3\n", "cpu a b c d e f g h i j\n"} {
-		if _, _, ok := parseCPUTimes(bad); ok {
-			t.Errorf("parseCPUTimes(%q) ok, want not ok", bad)
+	if got := parseCPU(""); len(got) != 0 {
+		t.Errorf("parseCPU(\"\") = %v; want nothing", got)
+	}
+}
+
+// TestBusyShare: the share of the time between two readings that was not
+// idle, and -1 for readings that make no sense together.
+func TestBusyShare(t *testing.T) {
+	for _, c := range []struct {
+		before, after cpuTime
+		want          float64
+	}{
+		{cpuTime{1000, 800}, cpuTime{1200, 850}, 0.75},
+		{cpuTime{1000, 800}, cpuTime{1200, 1000}, 0},
+		{cpuTime{1000, 800}, cpuTime{1200, 800}, 1},
+		{cpuTime{1000, 800}, cpuTime{1000, 800}, -1},  // no time passed
+		{cpuTime{1000, 800}, cpuTime{1200, 790}, -1},  // idle went backwards
+		{cpuTime{1000, 800}, cpuTime{1200, 1100}, -1}, // more idle than time
+	} {
+		if got := busyShare(c.before, c.after); got != c.want {
+			t.Errorf("busyShare(%v, %v) = %v; want %v", c.before, c.after, got, c.want)
 		}
+	}
+	if got := (cpuBusy{all: 0.5, per: map[string]float64{"cpu0": 0.98, "cpu1": 0.5}}).label(true); got != "server 98 %, client 50 %" {
+		t.Errorf("pinned label = %q", got)
+	}
+	if got := (cpuBusy{all: -1}).label(false); got != "n/a" {
+		t.Errorf("unreadable label = %q; want n/a", got)
 	}
 }
