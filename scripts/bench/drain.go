@@ -140,7 +140,7 @@ func drain(ctx context.Context, out io.Writer) {
 	fmt.Fprintf(out, "## 2. Drain: %d receipts (invoice lifecycles with refunds, duplicates, separate Event objects); median of %d runs\n\n", n, runs)
 	fmt.Fprintln(out, "Limit: pgbench running the seed's per-row transactions with the packages' SQL (the worker's claim of one row in its own transaction, then statement timeout, lock, invoice.paid's statement, mark processed, commit) at the same concurrency over a backlog of invoice.paid receipts.")
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "CPU busy: the share of the CPU time that was not idle during the batched run whose rate is the median (/proc/stat): the whole machine's, or pinned, PostgreSQL's CPU and the benchmark's. Near 100 % for the CPUs the drain runs on, the cores are what limits it: more drainers can gain only by lowering the CPU a receipt costs. The figure counts every process on the machine, the benchmark's own included; on short runs it is good to a few points.")
+	fmt.Fprintln(out, "CPU busy: the share of the CPU time that was not idle during the batched run whose rate is the median (/proc/stat): the whole machine's, or pinned, PostgreSQL's CPU and the benchmark's. Near 100 % for the CPUs the drain runs on, the cores are what limits it: more drainers can gain only by lowering the CPU a receipt costs. The figure counts every process on the machine, the benchmark's own included, and iowait as idle; a run of a second or less can be off by several points.")
 	fmt.Fprintln(out)
 	exec0(ctx, "TRUNCATE webhook_inbox, invoices, ledger_entries, outbox, anomalies, refunds, payment_links")
 	load(ctx, backlog(n))
